@@ -1,0 +1,157 @@
+"""Transformers rollout engine: batched sampling with a KV cache, for CPU and debugging on GPU.
+
+Each prompt is prefilled once and its cache repeated n times (a group shares its prompt),
+then all sequences decode together until every one has produced EOS or hit max_tokens.
+The loop is hand-written rather than `model.generate` because it also returns the sampling
+policy's per-token logprobs at no extra cost and has less per-token overhead on tiny models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from backend.engines.base import Completion, PromptInput, SamplingParams
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Mask logits outside top-k and outside the top-p nucleus with -inf."""
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1, None]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, idx = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        # drop a token when the mass before it already reaches top_p (always keep the first)
+        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
+        drop = drop_sorted.scatter(-1, idx, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s)
+            mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip left padding, as in training."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+class HFEngine:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 0):
+        self.model = model
+        self.tok = tokenizer
+        self.max_batch = max_batch  # sequences decoded together; 0 = all at once
+        self.eos_ids = set(_eos_ids(model, tokenizer))
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
+
+    @torch.no_grad()
+    def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
+        if not self.max_batch:
+            return self._generate(prompts, sampling)
+        per_chunk = max(1, self.max_batch // sampling.n)
+        out: list[list[Completion]] = []
+        for i in range(0, len(prompts), per_chunk):
+            out.extend(self._generate(prompts[i:i + per_chunk], sampling))
+        return out
+
+    def _generate(self, prompts: list[PromptInput], sp: SamplingParams) -> list[list[Completion]]:
+        model = self.model
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        gen = None
+        if sp.seed is not None:
+            gen = torch.Generator(device=device).manual_seed(sp.seed)
+
+        ids, mask = left_pad([p.token_ids for p in prompts], self.pad_id)
+        ids, mask = ids.to(device), mask.to(device)
+        cache = DynamicCache()
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), past_key_values=cache,
+                    use_cache=True)
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :].float()
+        if sp.n > 1:
+            cache.batch_repeat_interleave(sp.n)
+            logits = logits.repeat_interleave(sp.n, dim=0)
+            mask = mask.repeat_interleave(sp.n, dim=0)
+        batch = mask.shape[0]
+        pos = mask.sum(-1, keepdim=True) - 1  # last prompt position per row
+
+        eos = torch.tensor(sorted(self.eos_ids), device=device)
+        done = torch.zeros(batch, dtype=torch.bool, device=device)
+        tokens, logps = [], []
+        for step in range(sp.max_tokens):
+            scaled = logits / sp.temperature
+            logp_all = scaled.log_softmax(-1)
+            probs = filter_logits(scaled, sp.top_k, sp.top_p).softmax(-1)
+            nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+            tokens.append(nxt)
+            logps.append(logp_all.gather(-1, nxt[:, None]).squeeze(-1))
+            done = done | torch.isin(nxt, eos)
+            if bool(done.all()) or step == sp.max_tokens - 1:
+                break
+            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
+            pos = pos + 1
+            out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, past_key_values=cache,
+                        use_cache=True)
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()
+        if was_training:
+            model.train()
+
+        tok_mat = torch.stack(tokens, 1).tolist()
+        lp_mat = torch.stack(logps, 1).tolist()
+        results: list[list[Completion]] = []
+        for p in range(len(prompts)):
+            group = []
+            for j in range(sp.n):
+                row = p * sp.n + j
+                seq, lps = tok_mat[row], lp_mat[row]
+                end = next((k for k, t in enumerate(seq) if t in self.eos_ids), None)
+                if end is None:
+                    group.append(Completion(seq, self.tok.decode(seq, skip_special_tokens=True), "length", lps))
+                else:
+                    kept = seq[: end + 1]
+                    group.append(Completion(kept, self.tok.decode(kept, skip_special_tokens=True), "stop",
+                                            lps[: end + 1]))
+            results.append(group)
+        return results
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, t in named_tensors:
+                params[name].copy_(t)
+
+    def sleep(self) -> None:  # nothing to free: the weights are the trainer's (or a small copy)
+        pass
+
+    def wake_up(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.model = None  # type: ignore[assignment]
+
+
+def _eos_ids(model: PreTrainedModel, tok: PreTrainedTokenizerBase) -> list[int]:
+    ids: list[int] = []
+    for src in (getattr(model.generation_config, "eos_token_id", None), tok.eos_token_id):
+        if isinstance(src, int):
+            ids.append(src)
+        elif isinstance(src, list):
+            ids.extend(src)
+    if not ids:
+        raise ValueError("the tokenizer and generation config define no EOS token")
+    return ids

@@ -1,0 +1,487 @@
+"""RunSpec: the one definition of a GRPO run.
+
+Every option is declared here once, with its help text, default and bounds. The CLI
+(`--set section.field=value`), the YAML presets and the studio's forms are all derived from
+these declarations (see `iter_fields`). `check_spec` adds the cross-field checks that need
+more than one field or the file system, and names the field in every message.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from backend.rewards.registry import BUILTIN_REWARDS
+
+
+def _adv(**extra: Any) -> dict[str, Any]:
+    """Mark a field as advanced: the studio shows it in a collapsed group."""
+    return {"advanced": True, **extra}
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSection(Section):
+    name_or_path: str = Field("assets/tiny-add", description="Local model directory or hub id (org/name).")
+    finetune: Literal["full", "lora"] = Field("full", description="Train all weights, or a LoRA adapter (peft).")
+    lora_rank: int = Field(16, ge=1, le=1024, description="LoRA rank r.")
+    lora_alpha: int = Field(32, ge=1, le=4096, description="LoRA alpha (scale = alpha / r).")
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA branch.",
+                                json_schema_extra=_adv())
+    lora_targets: list[str] = Field(["all-linear"], description="Module names LoRA wraps; 'all-linear' = every linear layer but the head.")
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "float32", description="Weights and compute dtype. float32 on CPU (no native bf16 here).")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.",
+                                         json_schema_extra=_adv())
+    trust_remote_code: bool = Field(False, description="Allow model code from the model directory.",
+                                    json_schema_extra=_adv())
+
+
+class DataSection(Section):
+    sources: list[str] = Field(
+        ["assets/data/add_train.jsonl"],
+        description="Training data: JSONL, JSON, CSV or Parquet files, saved datasets directories or hub "
+                    "dataset ids, each optionally with a sample count ('train.jsonl#1800'); mixed by the seed.")
+    prompt_column: str = Field("prompt", description="Column with the prompt: a string or a list of chat messages.")
+    solution_column: str = Field("solution", description="Column with the reference answer, passed to rewards as 'solution'.")
+    images_column: str = Field("", description="Column with image paths for multimodal models ('' = none).",
+                               json_schema_extra=_adv())
+    system_prompt: str = Field("", description="System message prepended to every prompt ('' = none).")
+    chat_template: Literal["auto", "on", "off"] = Field(
+        "auto", description="Apply the tokenizer's chat template: auto = when the tokenizer has one.")
+    limit: int = Field(0, ge=0, description="Use at most this many training rows after mixing (0 = all).")
+    eval_sources: list[str] = Field([], description="Held-out data for evaluation, same format as sources.",
+                                    json_schema_extra=_adv())
+
+
+class RewardFunction(Section):
+    name: str = Field(description="Built-in reward name or a function from a plugin file.")
+    weight: float = Field(1.0, ge=-100.0, le=100.0, description="Weight in the summed reward.")
+    params: dict[str, Any] = Field({}, description="Parameters of this reward function.")
+
+
+class RewardsSection(Section):
+    functions: list[RewardFunction] = Field(
+        [RewardFunction(name="exact_match"), RewardFunction(name="digit_match")],
+        description="Reward functions, weighted and summed.")
+    plugins: list[str] = Field([], description="Python files whose reward functions may be named above.")
+    on_error: Literal["fail", "skip"] = Field(
+        "fail", description="When a reward function raises or times out: fail the run, or score the batch None.",
+        json_schema_extra=_adv())
+    timeout_s: float = Field(120.0, gt=0, le=3600, description="Per-batch timeout of a reward function (seconds).",
+                             json_schema_extra=_adv())
+
+
+class RolloutSection(Section):
+    engine: Literal["hf", "vllm", "lmdeploy"] = Field(
+        "hf", description="Sampling engine: hf (transformers, CPU or GPU), vllm, lmdeploy (GPU).")
+    placement: Literal["colocate", "separate"] = Field(
+        "colocate", description="colocate: engine shares the training devices (sleeps during training); "
+                                "separate: engine runs on its own rollout GPUs.")
+    num_generations: int = Field(8, ge=2, le=1024, description="Completions per prompt (the group size G).")
+    temperature: float = Field(1.0, gt=0.0, le=10.0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling: keep the smallest set of tokens with this mass.")
+    top_k: int = Field(0, ge=0, le=100000, description="Keep the k most likely tokens (0 = off).")
+    max_completion_length: int = Field(8, ge=1, le=131072, description="Maximum new tokens per completion.")
+    async_generation: bool = Field(
+        False, description="Sample batch t+1 with the previous policy while training on batch t (one step off-policy).")
+    gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="Fraction of GPU memory the engine may take.",
+                                          json_schema_extra=_adv())
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per engine instance (tensor parallel).",
+                                      json_schema_extra=_adv())
+    data_parallel_size: int = Field(1, ge=1, le=64, description="Engine instances sampling in parallel.",
+                                    json_schema_extra=_adv())
+    sleep: bool = Field(True, description="Colocated engines release memory while the trainer updates.",
+                        json_schema_extra=_adv())
+    lmdeploy_backend: Literal["pytorch", "turbomind"] = Field("pytorch", description="LMDeploy engine backend.",
+                                                              json_schema_extra=_adv())
+
+
+class ResourcesSection(Section):
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Training device; auto = cuda if present, else cpu.")
+    train_gpus: list[int] = Field([], description="GPU indices for training (empty = all visible, or cpu).")
+    rollout_gpus: list[int] = Field([], description="GPU indices for the rollout engines when placement is separate.")
+    deepspeed_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (0 = plain PyTorch).",
+                                 json_schema_extra=_adv())
+    offload: bool = Field(False, description="Offload optimizer states to CPU (DeepSpeed).", json_schema_extra=_adv())
+    num_threads: int = Field(0, ge=0, le=1024, description="CPU threads for torch (0 = torch's default).",
+                             json_schema_extra=_adv())
+
+
+class AlgorithmSection(Section):
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
+        "grpo", description="Loss aggregation: grpo = mean per sequence then over sequences; bnpo = mean over the "
+                            "micro-batch's tokens; dr_grpo = token sum / (sequences x max_completion_length); "
+                            "dapo = token mean over the whole accumulated batch.")
+    beta: float = Field(0.0, ge=0.0, le=100.0, description="KL coefficient to the reference model (0 = no reference loaded).")
+    epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range of the ratio: 1 - epsilon.")
+    epsilon_high: float = Field(0.0, ge=0.0, le=10.0,
+                                description="Upper clip range: 1 + epsilon_high (0 = same as epsilon; DAPO uses 0.28).")
+    num_iterations: int = Field(1, ge=1, le=64, description="Optimizer steps per rollout batch (the paper's mu).")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="Divide advantages by the group's reward std, the batch's, or not at all (Dr. GRPO).")
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token", description="Ratio per token (GRPO) or one per sequence, the mean log-ratio (GSPO).")
+    mask_truncated_completions: bool = Field(False, description="Exclude completions that hit max length from the loss.")
+    dynamic_sampling: bool = Field(False, description="Drop groups whose rewards are all equal and sample more prompts (DAPO).")
+    dynamic_sampling_max_retries: int = Field(3, ge=0, le=100, description="Extra sampling rounds to refill the batch.",
+                                              json_schema_extra=_adv())
+    learning_rate: float = Field(1e-4, gt=0.0, le=1.0, description="Peak learning rate (AdamW).")
+    lr_scheduler: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning-rate schedule after warmup.")
+    warmup_steps: int = Field(0, ge=0, le=1000000, description="Linear warmup steps.")
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0, description="AdamW weight decay.", json_schema_extra=_adv())
+    max_grad_norm: float = Field(1.0, ge=0.0, le=1e6, description="Gradient clipping norm (0 = off).")
+    prompts_per_step: int = Field(8, ge=1, le=65536, description="Prompts per optimizer step; each yields num_generations completions.")
+    gradient_accumulation_steps: int = Field(1, ge=1, le=4096, description="Micro-batches per optimizer step.")
+    max_steps: int = Field(200, ge=1, le=10_000_000, description="Optimizer steps to train.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for data order, sampling and initialisation.")
+
+
+class OutputSection(Section):
+    runs_dir: str = Field("runs", description="Folder that holds run directories.")
+    run_name: str = Field("", description="Name in the run id ('' = from the preset or model).")
+    save_steps: int = Field(50, ge=0, le=10_000_000, description="Save a checkpoint every N steps (0 = only at the end).")
+    save_total_limit: int = Field(0, ge=0, le=10000, description="Keep only the newest N checkpoints (0 = keep all).",
+                                  json_schema_extra=_adv())
+    log_samples_steps: int = Field(1, ge=0, le=10_000_000, description="Log all completions every N steps (0 = never).")
+    eval_steps: int = Field(0, ge=0, le=10_000_000, description="Evaluate on eval_sources every N steps (0 = never).",
+                            json_schema_extra=_adv())
+    report_to: list[Literal["tensorboard", "wandb", "swanlab"]] = Field(
+        [], description="Extra metric sinks beside metrics.jsonl.")
+
+
+class RunSpec(Section):
+    model: ModelSection = ModelSection()
+    data: DataSection = DataSection()
+    rewards: RewardsSection = RewardsSection()
+    rollout: RolloutSection = RolloutSection()
+    resources: ResourcesSection = ResourcesSection()
+    algorithm: AlgorithmSection = AlgorithmSection()
+    output: OutputSection = OutputSection()
+
+    @property
+    def completions_per_step(self) -> int:
+        return self.algorithm.prompts_per_step * self.rollout.num_generations
+
+    @property
+    def epsilon_high(self) -> float:
+        return self.algorithm.epsilon_high or self.algorithm.epsilon
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+SECTIONS: tuple[str, ...] = tuple(RunSpec.model_fields)
+
+
+# ----------------------------------------------------------------------------- errors
+
+@dataclass(frozen=True)
+class SpecIssue:
+    field: str  # "section.field", or "" for the whole spec
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class SpecError(ValueError):
+    def __init__(self, issues: list[SpecIssue]):
+        self.issues = issues
+        super().__init__("invalid run spec:\n" + "\n".join(f"  - {i}" for i in issues))
+
+
+def _pydantic_issues(err: ValidationError) -> list[SpecIssue]:
+    out = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown option"
+        out.append(SpecIssue(loc, msg))
+    return out
+
+
+# ----------------------------------------------------------------------------- load / save / overrides
+
+def spec_from_dict(data: dict[str, Any] | None) -> RunSpec:
+    try:
+        return RunSpec.model_validate(data or {})
+    except ValidationError as err:
+        raise SpecError(_pydantic_issues(err)) from None
+
+
+def load_spec(path: str | Path, overrides: list[str] | None = None) -> RunSpec:
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError([SpecIssue("", f"config file not found: {p}")])
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise SpecError([SpecIssue("", f"{p} is not valid YAML: {err}")]) from None
+    if not isinstance(data, dict):
+        raise SpecError([SpecIssue("", f"{p} must hold a mapping of sections")])
+    return spec_from_dict(apply_overrides(data, overrides or []))
+
+
+def save_spec(spec: RunSpec, path: str | Path) -> None:
+    Path(path).write_text(spec.to_yaml())
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `section.field=value` strings; values are parsed as YAML (lists, numbers, booleans)."""
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    issues = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or len(parts) != 2:
+            issues.append(SpecIssue(key.strip(), f"expected section.field=value, got {item!r}"))
+            continue
+        section, name = parts
+        if section not in SECTIONS:
+            issues.append(SpecIssue(key, f"unknown section {section!r} (sections: {', '.join(SECTIONS)})"))
+            continue
+        if name not in RunSpec.model_fields[section].annotation.model_fields:  # type: ignore[union-attr]
+            issues.append(SpecIssue(key, "unknown option"))
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        sec = data.get(section) or {}
+        if not isinstance(sec, dict):
+            sec = {}
+        sec[name] = value
+        data[section] = sec
+    if issues:
+        raise SpecError(issues)
+    return data
+
+
+# ----------------------------------------------------------------------------- field catalogue
+
+@dataclass(frozen=True)
+class FieldDoc:
+    path: str  # "section.field"
+    kind: str  # "bool" | "int" | "float" | "str" | "choice" | "list" | "dict" | "rewards"
+    default: Any
+    help: str
+    choices: tuple[Any, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_min: bool = False
+    exclusive_max: bool = False
+    advanced: bool = False
+
+
+def _kind(annotation: Any) -> tuple[str, tuple[Any, ...]]:
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return "choice", get_args(annotation)
+    if origin is list:
+        (inner,) = get_args(annotation)
+        if get_origin(inner) is Literal:
+            return "multichoice", get_args(inner)
+        if inner is RewardFunction:
+            return "rewards", ()
+        return "list", ()
+    if origin is dict:
+        return "dict", ()
+    return {bool: "bool", int: "int", float: "float", str: "str"}.get(annotation, "str"), ()
+
+
+def iter_fields() -> list[FieldDoc]:
+    """Every option of RunSpec with its help, default and bounds, in declaration order."""
+    docs = []
+    for section, sfield in RunSpec.model_fields.items():
+        for name, f in sfield.annotation.model_fields.items():  # type: ignore[union-attr]
+            kind, choices = _kind(f.annotation)
+            lo = hi = None
+            xlo = xhi = False
+            for m in f.metadata:
+                if getattr(m, "ge", None) is not None:
+                    lo = m.ge
+                if getattr(m, "gt", None) is not None:
+                    lo, xlo = m.gt, True
+                if getattr(m, "le", None) is not None:
+                    hi = m.le
+                if getattr(m, "lt", None) is not None:
+                    hi, xhi = m.lt, True
+            extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+            default = f.get_default(call_default_factory=True)
+            if isinstance(default, list):
+                default = [d.model_dump() if isinstance(d, BaseModel) else d for d in default]
+            docs.append(FieldDoc(f"{section}.{name}", kind, default, f.description or "", choices,
+                                 lo, hi, xlo, xhi, bool(extra.get("advanced"))))
+    return docs
+
+
+def get_field(spec: RunSpec, path: str) -> Any:
+    section, name = path.split(".")
+    return getattr(getattr(spec, section), name)
+
+
+# ----------------------------------------------------------------------------- cross-field checks
+
+SUPPORTED_DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def split_source(source: str) -> tuple[str, int | None]:
+    """'train.jsonl#1800' -> ('train.jsonl', 1800). Raises ValueError on a bad count."""
+    path, sep, count = source.rpartition("#")
+    if not sep:
+        return source, None
+    if not count.isdigit() or int(count) < 1:
+        raise ValueError(f"sample count after '#' must be a positive integer, got {count!r}")
+    return path, int(count)
+
+
+def is_hub_id(ref: str) -> bool:
+    """A hub id looks like org/name and names nothing on disk; 'assets/missing' is a missing local path."""
+    if Path(ref).expanduser().exists() or not _HUB_ID.match(ref):
+        return False
+    return not Path(ref.split("/")[0]).exists()
+
+
+def plugin_function_names(path: str | Path) -> set[str]:
+    """Top-level function names of a plugin file, read without running it (the file runs only in the worker)."""
+    tree = ast.parse(Path(path).read_text(), filename=str(path))
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _source_columns(path: Path) -> set[str] | None:
+    """Columns of a local data source, read from its first row; None when it cannot be read cheaply."""
+    from backend.data import peek_columns
+
+    return peek_columns(path)
+
+
+def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
+    """Cross-field and file-system checks; empty list means launchable (hardware is checked at start)."""
+    base = Path(base_dir)
+    issues: list[SpecIssue] = []
+    a, r = spec.algorithm, spec.rollout
+
+    if spec.completions_per_step % a.gradient_accumulation_steps:
+        issues.append(SpecIssue(
+            "algorithm.gradient_accumulation_steps",
+            f"prompts_per_step x num_generations = {a.prompts_per_step} x {r.num_generations} = "
+            f"{spec.completions_per_step} completions must split evenly into {a.gradient_accumulation_steps} micro-batches"))
+    if a.epsilon_high and a.epsilon_high < a.epsilon:
+        issues.append(SpecIssue("algorithm.epsilon_high", f"must be 0 (same as epsilon) or >= epsilon ({a.epsilon})"))
+    if a.warmup_steps > a.max_steps:
+        issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
+
+    # model
+    m = spec.model.name_or_path.strip()
+    if not m:
+        issues.append(SpecIssue("model.name_or_path", "is empty"))
+    elif not is_hub_id(m):
+        mp = (base / m).expanduser() if not Path(m).is_absolute() else Path(m)
+        if not mp.exists():
+            issues.append(SpecIssue("model.name_or_path", f"no such model directory: {m}"))
+        elif not (mp / "config.json").is_file():
+            issues.append(SpecIssue("model.name_or_path", f"{m} has no config.json: not a model directory"))
+    if spec.model.finetune == "lora" and not spec.model.lora_targets:
+        issues.append(SpecIssue("model.lora_targets", "LoRA needs at least one target module"))
+
+    # data
+    if not spec.data.sources:
+        issues.append(SpecIssue("data.sources", "at least one training source is needed"))
+    needed = {spec.data.prompt_column}
+    if spec.data.images_column:
+        needed.add(spec.data.images_column)
+    for field, sources in (("data.sources", spec.data.sources), ("data.eval_sources", spec.data.eval_sources)):
+        for src in sources:
+            try:
+                path, _ = split_source(src)
+            except ValueError as err:
+                issues.append(SpecIssue(field, f"{src}: {err}"))
+                continue
+            if is_hub_id(path):
+                continue  # hub datasets are checked when loaded
+            p = base / path if not Path(path).is_absolute() else Path(path)
+            if not p.exists():
+                issues.append(SpecIssue(field, f"no such file or directory: {path}"))
+                continue
+            if p.is_file() and p.suffix.lower() not in SUPPORTED_DATA_SUFFIXES:
+                issues.append(SpecIssue(field, f"{path}: unsupported format {p.suffix!r} "
+                                               f"(use {', '.join(SUPPORTED_DATA_SUFFIXES)} or a saved dataset directory)"))
+                continue
+            cols = _source_columns(p)
+            if cols is not None:
+                col_field = {spec.data.prompt_column: "data.prompt_column", spec.data.images_column: "data.images_column"}
+                for c in sorted(needed - cols):
+                    issues.append(SpecIssue(col_field.get(c, field),
+                                            f"column {c!r} not in {path} (columns: {', '.join(sorted(cols))})"))
+
+    # rewards
+    names = set(BUILTIN_REWARDS)
+    for i, plugin in enumerate(spec.rewards.plugins):
+        pp = base / plugin if not Path(plugin).is_absolute() else Path(plugin)
+        if not pp.is_file():
+            issues.append(SpecIssue("rewards.plugins", f"no such plugin file: {plugin}"))
+            continue
+        try:
+            names |= plugin_function_names(pp)
+        except SyntaxError as err:
+            issues.append(SpecIssue("rewards.plugins", f"{plugin} line {err.lineno}: {err.msg}"))
+    if not spec.rewards.functions:
+        issues.append(SpecIssue("rewards.functions", "at least one reward function is needed"))
+    for fn in spec.rewards.functions:
+        if fn.name not in names:
+            issues.append(SpecIssue("rewards.functions", f"unknown reward {fn.name!r} "
+                                                         f"(built-ins: {', '.join(sorted(BUILTIN_REWARDS))})"))
+        elif fn.name in BUILTIN_REWARDS:
+            err = BUILTIN_REWARDS[fn.name].check_params(fn.params)
+            if err:
+                issues.append(SpecIssue("rewards.functions", f"{fn.name}: {err}"))
+
+    # placement
+    res = spec.resources
+    if r.placement == "separate":
+        if r.engine == "hf":
+            issues.append(SpecIssue("rollout.placement", "separate rollout GPUs need the vllm or lmdeploy engine"))
+        if not res.rollout_gpus:
+            issues.append(SpecIssue("resources.rollout_gpus", "placement 'separate' needs at least one rollout GPU"))
+        overlap = set(res.train_gpus) & set(res.rollout_gpus)
+        if overlap:
+            issues.append(SpecIssue("resources.rollout_gpus",
+                                    f"GPUs {sorted(overlap)} are in both train_gpus and rollout_gpus"))
+        if res.rollout_gpus and len(res.rollout_gpus) != r.tensor_parallel_size * r.data_parallel_size:
+            issues.append(SpecIssue(
+                "resources.rollout_gpus",
+                f"{len(res.rollout_gpus)} rollout GPUs do not match tensor_parallel_size x data_parallel_size "
+                f"= {r.tensor_parallel_size} x {r.data_parallel_size}"))
+    for field, gpus in (("resources.train_gpus", res.train_gpus), ("resources.rollout_gpus", res.rollout_gpus)):
+        if len(set(gpus)) != len(gpus):
+            issues.append(SpecIssue(field, "lists a GPU twice"))
+        if any(g < 0 for g in gpus):
+            issues.append(SpecIssue(field, "GPU indices are >= 0"))
+    if r.engine != "hf" and res.device == "cpu":
+        issues.append(SpecIssue("rollout.engine", f"{r.engine} needs GPUs; use engine hf on cpu"))
+    if res.device == "cpu" and (res.train_gpus or res.rollout_gpus):
+        issues.append(SpecIssue("resources.device", "device cpu cannot use train_gpus/rollout_gpus"))
+    if res.deepspeed_stage and res.device == "cpu":
+        issues.append(SpecIssue("resources.deepspeed_stage", "DeepSpeed needs GPUs; use stage 0 on cpu"))
+
+    if not re.fullmatch(r"[\w.-]*", spec.output.run_name):
+        issues.append(SpecIssue("output.run_name", "use letters, digits, '.', '-' and '_' only"))
+    return issues
+
+
+def validate_or_raise(spec: RunSpec, base_dir: str | Path = ".") -> RunSpec:
+    issues = check_spec(spec, base_dir)
+    if issues:
+        raise SpecError(issues)
+    return spec
