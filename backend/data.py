@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from backend.spec import SUPPORTED_DATA_SUFFIXES, DataSection, is_hub_id, split_source
+from backend.spec import SUPPORTED_DATA_SUFFIXES, DataSection, is_hub_id, split_source, template_columns
 
 
 class DataError(ValueError):
@@ -91,7 +91,8 @@ def load_rows(sources: list[str], data: DataSection, seed: int, base_dir: Path) 
     parts = []
     for ref in sources:
         ds = load_source(ref, base_dir, seed)
-        missing = [c for c in (data.prompt_column, data.images_column) if c and c not in ds.column_names]
+        wanted = template_columns(data.prompt_template) if data.prompt_template else [data.prompt_column]
+        missing = [c for c in (*wanted, data.images_column) if c and c not in ds.column_names]
         if missing:
             raise DataError(f"{ref}: column(s) {missing} missing (columns: {ds.column_names})")
         parts.append(ds)
@@ -112,7 +113,7 @@ def load_rows(sources: list[str], data: DataSection, seed: int, base_dir: Path) 
 
 def render_prompt(row: dict[str, Any], data: DataSection, tokenizer: Any) -> str:
     """The exact text the model is prompted with (chat template applied when enabled)."""
-    prompt = row[data.prompt_column]
+    prompt = data.prompt_template.format_map(row) if data.prompt_template else row[data.prompt_column]
     use_template = data.chat_template == "on" or (data.chat_template == "auto" and getattr(tokenizer, "chat_template", None))
     if isinstance(prompt, list) or use_template:
         messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]

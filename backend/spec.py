@@ -54,6 +54,8 @@ class DataSection(Section):
     solution_column: str = Field("solution", description="Column with the reference answer, passed to rewards as 'solution'.")
     images_column: str = Field("", description="Column with image paths for multimodal models ('' = none).",
                                json_schema_extra=_adv())
+    prompt_template: str = Field(
+        "", description="Build the prompt from columns, e.g. 'Make {target} from {nums}.' ('' = use prompt_column).")
     system_prompt: str = Field("", description="System message prepended to every prompt ('' = none).")
     chat_template: Literal["auto", "on", "off"] = Field(
         "auto", description="Apply the tokenizer's chat template: auto = when the tokenizer has one.")
@@ -346,6 +348,13 @@ def split_source(source: str) -> tuple[str, int | None]:
     return path, int(count)
 
 
+def template_columns(template: str) -> list[str]:
+    """Column names a prompt template refers to ('{nums}' -> 'nums'); ValueError when malformed."""
+    import string
+
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name]
+
+
 def is_hub_id(ref: str) -> bool:
     """A hub id looks like org/name and names nothing on disk; 'assets/missing' is a missing local path."""
     if Path(ref).expanduser().exists() or not _HUB_ID.match(ref):
@@ -399,6 +408,12 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
     if not spec.data.sources:
         issues.append(SpecIssue("data.sources", "at least one training source is needed"))
     needed = {spec.data.prompt_column}
+    if spec.data.prompt_template:
+        try:
+            needed = set(template_columns(spec.data.prompt_template))
+        except ValueError as err:
+            issues.append(SpecIssue("data.prompt_template", f"malformed template: {err}"))
+            needed = set()
     if spec.data.images_column:
         needed.add(spec.data.images_column)
     for field, sources in (("data.sources", spec.data.sources), ("data.eval_sources", spec.data.eval_sources)):
@@ -421,6 +436,7 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
             cols = _source_columns(p)
             if cols is not None:
                 col_field = {spec.data.prompt_column: "data.prompt_column", spec.data.images_column: "data.images_column"}
+                col_field.update({c: "data.prompt_template" for c in needed if c not in col_field})
                 for c in sorted(needed - cols):
                     issues.append(SpecIssue(col_field.get(c, field),
                                             f"column {c!r} not in {path} (columns: {', '.join(sorted(cols))})"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,8 @@ def check_scores(name: str, scores: Any, n: int) -> list[float]:
 class RewardScorer:
     """In-process scorer for built-in reward functions."""
 
-    def __init__(self, rewards: RewardsSection):
+    def __init__(self, rewards: RewardsSection, base_dir: Path = Path("."), device: str = "cpu"):
+        self.error_counts: dict[str, int] = {}
         self.names = [f.name for f in rewards.functions]
         self.weights = np.array([f.weight for f in rewards.functions], dtype=np.float32)
         self._fns: list[Callable[..., Any]] = []

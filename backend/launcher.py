@@ -1,0 +1,86 @@
+"""Start, stop and resume trainer processes. The studio and the CLI use this; neither imports the trainer.
+
+A run is launched as `python -m backend.train --run-dir DIR` in its own process session, with
+stdout and stderr going to DIR/train.log, so it survives the browser closing and the studio
+restarting. Everything about it is then read from the run directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+from backend.rundir import ACTIVE_STATES, RunDir, new_run_dir, process_alive
+from backend.spec import RunSpec, save_spec, validate_or_raise
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_run_name(spec: RunSpec, preset: str = "") -> str:
+    return spec.output.run_name or preset or Path(spec.model.name_or_path.rstrip("/")).name or "run"
+
+
+def create_run(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> RunDir:
+    """Validate, then create the run directory with spec.yaml and a 'starting' status."""
+    validate_or_raise(spec, base_dir)
+    runs_dir = Path(spec.output.runs_dir)
+    if not runs_dir.is_absolute():
+        runs_dir = Path(base_dir) / runs_dir
+    run = new_run_dir(runs_dir, default_run_name(spec, preset))
+    save_spec(spec, run.spec_path)
+    run.write_status(state="starting", step=0, total_steps=spec.algorithm.max_steps, preset=preset, error="")
+    return run
+
+
+def _spawn(args: list[str], run: RunDir, base_dir: str | Path) -> int:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    with run.log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "backend.train", *args],
+            cwd=str(base_dir), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True,  # own process group: outlives the UI, and is killed as a group
+        )
+    run.write_status(pid=proc.pid, pid_create_time=psutil.Process(proc.pid).create_time())
+    return proc.pid
+
+
+def launch(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> RunDir:
+    run = create_run(spec, base_dir, preset)
+    _spawn(["--run-dir", str(run.path.resolve())], run, base_dir)
+    return run
+
+
+def resume(run: RunDir, base_dir: str | Path = ".") -> RunDir:
+    st = run.read_status()
+    if st.get("state") in ACTIVE_STATES and process_alive(st.get("pid"), st.get("pid_create_time")):
+        raise RuntimeError(f"run {run.run_id} is still {st['state']}")
+    run.write_status(state="starting", error="")
+    _spawn(["--resume", str(run.path.resolve())], run, base_dir)
+    return run
+
+
+def stop(run: RunDir, force: bool = False) -> str:
+    """Graceful (SIGTERM: checkpoint, then exit) or forced (SIGKILL to the whole process group)."""
+    st = run.read_status()
+    pid = st.get("pid")
+    if not process_alive(pid, st.get("pid_create_time")):
+        if st.get("state") in ACTIVE_STATES:
+            run.write_status(state="stopped" if force else "failed", error=st.get("error") or "process not running")
+        return "not running"
+    try:
+        if force:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+            run.write_status(state="stopped", error="killed")
+            return "killed"
+        os.kill(pid, signal.SIGTERM)
+        run.write_status(state="stopping")
+        return "stopping"
+    except ProcessLookupError:
+        return "not running"

@@ -1,0 +1,113 @@
+"""Builders: policy, reference, tokenizer, optimizer, scheduler, rollout engine, from a RunSpec."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, get_scheduler
+
+from backend.engines.base import RolloutEngine
+from backend.spec import RunSpec, is_hub_id
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+
+
+def resolve_device(spec: RunSpec) -> torch.device:
+    want = spec.resources.device
+    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("resources.device is 'cuda' but no CUDA GPU is visible; use device cpu or auto")
+        gpus = spec.resources.train_gpus
+        if len(gpus) > 1 or spec.resources.deepspeed_stage:
+            raise RuntimeError("multi-GPU training (several train_gpus or DeepSpeed) needs torchrun/DeepSpeed, "
+                               "which this version does not launch yet; use one training GPU")
+        return torch.device(f"cuda:{gpus[0]}" if gpus else "cuda")
+    return torch.device("cpu")
+
+
+def model_ref(spec: RunSpec, base_dir: Path) -> str:
+    ref = spec.model.name_or_path
+    if is_hub_id(ref) or Path(ref).is_absolute():
+        return ref
+    return str(base_dir / ref)
+
+
+def load_tokenizer(spec: RunSpec, base_dir: Path):
+    tok = AutoTokenizer.from_pretrained(model_ref(spec, base_dir), trust_remote_code=spec.model.trust_remote_code)
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_base(spec: RunSpec, base_dir: Path, device: torch.device, weights: str | None = None) -> PreTrainedModel:
+    model = AutoModelForCausalLM.from_pretrained(
+        weights or model_ref(spec, base_dir), dtype=DTYPES[spec.model.dtype],
+        trust_remote_code=spec.model.trust_remote_code,
+    )
+    return model.to(device)
+
+
+def build_policy(spec: RunSpec, base_dir: Path, device: torch.device, checkpoint: Path | None = None):
+    """The trainable policy: the base model (full) or the base plus a LoRA adapter.
+
+    From a checkpoint, full weights (or the adapter) are loaded from checkpoint/model.
+    """
+    m = spec.model
+    if m.finetune == "full":
+        model = load_base(spec, base_dir, device, str(checkpoint / "model") if checkpoint else None)
+    else:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        base = load_base(spec, base_dir, device)
+        if checkpoint:
+            model = PeftModel.from_pretrained(base, str(checkpoint / "model"), is_trainable=True)
+        else:
+            targets = m.lora_targets[0] if m.lora_targets == ["all-linear"] else m.lora_targets
+            cfg = LoraConfig(r=m.lora_rank, lora_alpha=m.lora_alpha, lora_dropout=m.lora_dropout,
+                             target_modules=targets, task_type="CAUSAL_LM")
+            model = get_peft_model(base, cfg)
+    if m.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    model.train()
+    return model
+
+
+def build_reference(spec: RunSpec, base_dir: Path, device: torch.device, policy) -> PreTrainedModel | None:
+    """Frozen reference for the KL term. None when beta = 0 (nothing loaded) or with LoRA
+    (the reference is the base with the adapter disabled, no second copy)."""
+    if spec.algorithm.beta == 0.0 or spec.model.finetune == "lora":
+        return None
+    ref = load_base(spec, base_dir, device)
+    ref.eval().requires_grad_(False)
+    return ref
+
+
+def build_optimizer(spec: RunSpec, model) -> torch.optim.Optimizer:
+    a = spec.algorithm
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=a.learning_rate, weight_decay=a.weight_decay)
+
+
+def build_scheduler(spec: RunSpec, optimizer: torch.optim.Optimizer):
+    a = spec.algorithm
+    name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[a.lr_scheduler]
+    return get_scheduler(name, optimizer, num_warmup_steps=a.warmup_steps, num_training_steps=a.max_steps)
+
+
+def build_engine(spec: RunSpec, policy, tokenizer) -> RolloutEngine:
+    """The rollout engine. Sync hf shares the policy's weights (no sync needed); async hf samples
+    with its own copy, refreshed after each update, so generation overlaps training."""
+    r = spec.rollout
+    if r.engine == "hf":
+        from backend.engines.hf import HFEngine
+
+        model = copy.deepcopy(policy).eval() if r.async_generation else policy
+        if r.async_generation:
+            model.requires_grad_(False)
+        return HFEngine(model, tokenizer)
+    raise RuntimeError(f"rollout.engine {r.engine!r} is not available in this version yet; use engine 'hf' "
+                       "(the vLLM and LMDeploy engines plug into backend/engines/ behind the same interface)")

@@ -1,0 +1,129 @@
+"""Headless GRPO training.
+
+    python -m backend.train --config presets/tiny-cpu.yaml [--set section.field=value ...]
+    python -m backend.train --resume runs/<run_id>
+    python -m backend.train --list-options          # every option with its default, bounds and help
+
+The first line of stdout is the run directory. A bad config exits 2 with messages naming the
+fields, and creates no run directory. The studio launches `--run-dir DIR` (spec.yaml already there,
+stdout already going to train.log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from backend.rundir import RunDir
+from backend.spec import SpecError, iter_fields, load_spec
+
+
+class _Tee:
+    """Mirror a stream into train.log when the trainer runs from a terminal."""
+
+    def __init__(self, stream: TextIO, log: TextIO):
+        self.stream, self.log = stream, log
+
+    def write(self, data: str) -> int:
+        self.log.write(data)
+        self.log.flush()
+        return self.stream.write(data)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.log.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
+def options_table() -> str:
+    lines = []
+    for f in iter_fields():
+        bounds = ""
+        if f.minimum is not None or f.maximum is not None:
+            lo = "(" if f.exclusive_min else "["
+            hi = ")" if f.exclusive_max else "]"
+            bounds = f" {lo}{'' if f.minimum is None else f.minimum}, {'' if f.maximum is None else f.maximum}{hi}"
+        choices = f" one of {list(f.choices)}" if f.choices else ""
+        lines.append(f"{f.path} = {f.default!r}{bounds}{choices}\n    {f.help}")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m backend.train", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--config", help="RunSpec YAML (e.g. presets/tiny-cpu.yaml)")
+    g.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped or killed run from its last checkpoint")
+    g.add_argument("--run-dir", help=argparse.SUPPRESS)  # the launcher's entry: spec.yaml is already in place
+    g.add_argument("--list-options", action="store_true", help="print every option and exit")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                    help="override one option (repeatable)")
+    ap.add_argument("--preset", default="", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list_options:
+        print(options_table())
+        return 0
+    base_dir = Path.cwd()
+
+    from backend.launcher import create_run  # validates before anything is created
+
+    tee = True
+    if args.config:
+        try:
+            spec = load_spec(args.config, args.overrides)
+            run = create_run(spec, base_dir, preset=args.preset or Path(args.config).stem)
+        except SpecError as err:
+            print(err, file=sys.stderr)
+            return 2
+        resume = False
+    else:
+        run = RunDir(args.resume or args.run_dir)
+        if not run.spec_path.is_file():
+            print(f"{run.path} is not a run directory (no spec.yaml)", file=sys.stderr)
+            return 2
+        if args.overrides:
+            print("--set cannot change a run's frozen spec; start a new run with --config", file=sys.stderr)
+            return 2
+        try:
+            spec = load_spec(run.spec_path)
+        except SpecError as err:
+            print(err, file=sys.stderr)
+            return 2
+        resume = bool(args.resume)
+        tee = not args.run_dir
+
+    print(run.path, flush=True)
+    if tee:
+        log = run.log_path.open("a")
+        sys.stdout = _Tee(sys.stdout, log)  # type: ignore[assignment]
+        sys.stderr = _Tee(sys.stderr, log)  # type: ignore[assignment]
+
+    import psutil
+
+    run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
+    from backend.trainer import GRPOTrainer, error_summary
+
+    try:
+        trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
+        trainer.install_signal_handlers()
+        trainer.train()
+        return 0
+    except Exception as err:
+        import traceback
+
+        traceback.print_exc()
+        run.write_status(state="failed", error=error_summary(err))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

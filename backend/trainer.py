@@ -1,0 +1,478 @@
+"""The GRPO training loop, top to bottom.
+
+    for each rollout:  sample prompts -> engine generates G completions each -> rewards -> advantages
+        repeat num_iterations (mu) times:  one optimizer step over the batch (micro-batches accumulate)
+            -> metrics line, samples, checkpoint, stop request?
+
+With rollout.async_generation the engine samples rollout t+1 (with the policy before update t)
+while the trainer updates on rollout t; the loss's clipped ratio to the sampling policy's
+logprobs corrects for that one step of staleness. Everything a watcher needs goes to the run directory.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import signal
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from backend import grpo
+from backend.data import PromptSampler, load_rows, render_prompt
+from backend.engines.base import PromptInput, RolloutEngine, SamplingParams
+from backend.engines.hf import left_pad, positions
+from backend.model_builder import (
+    build_engine,
+    build_optimizer,
+    build_policy,
+    build_reference,
+    build_scheduler,
+    load_tokenizer,
+    resolve_device,
+)
+from backend.rewards.scorer import RewardScorer
+from backend.rundir import RunDir
+from backend.sinks import make_sinks
+from backend.spec import RunSpec
+from backend.telemetry import Telemetry
+
+
+@dataclass
+class Rollout:
+    """One batch of completions with everything the loss needs (tensors on CPU, moved per micro-batch)."""
+
+    index: int  # rollout number, 1-based
+    policy_version: int  # optimizer steps taken by the policy that sampled it
+    prompt_ids: torch.Tensor  # (B, Lp) left padded
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor  # (B, Lc) right padded
+    completion_mask: torch.Tensor  # 1 on sampled tokens (incl. EOS)
+    loss_mask: torch.Tensor  # completion_mask, minus truncated completions when masked
+    sampling_logps: torch.Tensor | None  # (B, Lc) from the engine
+    advantages: torch.Tensor  # (B,)
+    metrics: dict[str, float]
+    samples: list[dict[str, Any]]
+    old_logps: torch.Tensor | None = None
+    ref_logps: torch.Tensor | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class StopRequested(Exception):
+    pass
+
+
+class GRPOTrainer:
+    def __init__(self, spec: RunSpec, run: RunDir, base_dir: Path, resume: bool = False):
+        self.spec, self.run, self.base_dir = spec, run, base_dir
+        a = spec.algorithm
+        if spec.resources.num_threads:
+            torch.set_num_threads(spec.resources.num_threads)
+        self.device = resolve_device(spec)
+        _seed_everything(a.seed)
+
+        ckpt = run.latest_checkpoint() if resume else None
+        self.tokenizer = load_tokenizer(spec, base_dir)
+        self.policy = build_policy(spec, base_dir, self.device, ckpt)
+        self.reference = build_reference(spec, base_dir, self.device, self.policy)
+        self.optimizer = build_optimizer(spec, self.policy)
+        self.scheduler = build_scheduler(spec, self.optimizer)
+        self.engine: RolloutEngine = build_engine(spec, self.policy, self.tokenizer)
+        self.scorer = RewardScorer(spec.rewards, base_dir=base_dir, device=str(self.device))
+        self.weights = torch.tensor(self.scorer.weights)
+
+        self.rows = load_rows(spec.data.sources, spec.data, a.seed, base_dir)
+        self.eval_rows = load_rows(spec.data.eval_sources, spec.data, a.seed, base_dir) if spec.data.eval_sources else []
+        self._prompt_cache: dict[tuple[str, int], tuple[str, list[int]]] = {}
+        self.sampler = PromptSampler(len(self.rows), a.seed)
+        self.step = 0
+        self.rollouts_done = 0
+        self.pending: tuple[Rollout, int] | None = None  # a rollout with iterations left, and how many were done
+        self.stop_requested = False
+        self.telemetry = Telemetry()
+        self.sinks = make_sinks(spec.output.report_to, run.path, spec.model_dump(mode="json"))
+        self.started = time.time()
+        self.elapsed_before = 0.0
+        if ckpt is not None:
+            self._load_state(ckpt)
+        run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
+
+    # ------------------------------------------------------------------ rollout
+
+    def _prompt(self, row_idx: int, rows: list[dict[str, Any]], split: str) -> tuple[str, list[int]]:
+        key = (split, row_idx)
+        if key not in self._prompt_cache:
+            text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            self._prompt_cache[key] = (text, ids)
+        return self._prompt_cache[key]
+
+    def _sampling(self, index: int, n: int, greedy: bool = False) -> SamplingParams:
+        r = self.spec.rollout
+        # A seed per rollout makes sampling independent of thread timing and exactly resumable.
+        return SamplingParams(n=n, max_tokens=r.max_completion_length, temperature=r.temperature,
+                              top_p=r.top_p, top_k=1 if greedy else r.top_k,
+                              seed=self.spec.algorithm.seed * 1_000_003 + index)
+
+    def _generate_groups(self, row_ids: list[int], index: int, salt: int, timings: dict[str, float]
+                         ) -> list[tuple[tuple, np.ndarray]]:
+        """Generate and score one group per row: [((row index, (prompt text, ids), completions), rewards (G, F))]."""
+        G = self.spec.rollout.num_generations
+        prompts = [self._prompt(i, self.rows, "train") for i in row_ids]
+        t0 = time.time()
+        groups = self.engine.generate([PromptInput(ids) for _, ids in prompts], self._sampling(index * 101 + salt, G))
+        t1 = time.time()
+        matrix = self.scorer.score([p for p, _ in prompts for _ in range(G)], [c.text for g in groups for c in g],
+                                   [self.rows[i] for i in row_ids for _ in range(G)])
+        timings["rollout_s"] = timings.get("rollout_s", 0.0) + t1 - t0
+        timings["reward_s"] = timings.get("reward_s", 0.0) + time.time() - t1
+        return [((i, prompts[k], g), matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
+
+    def make_rollout(self, index: int, policy_version: int) -> Rollout:
+        a, P = self.spec.algorithm, self.spec.algorithm.prompts_per_step
+        timings: dict[str, float] = {}
+        scored = self._generate_groups(self.sampler.take(P), index, 0, timings)
+        dropped = 0
+        if a.dynamic_sampling:
+            # DAPO: keep groups whose rewards differ (only they carry signal); refill from new prompts.
+            kept: list = []
+            spare: list = []
+            for attempt in range(a.dynamic_sampling_max_retries + 1):
+                if attempt:
+                    scored = self._generate_groups(self.sampler.take(P), index, attempt, timings)
+                for group, block in scored:
+                    total = np.nansum(block * self.scorer.weights[None, :], axis=1)
+                    (kept if np.ptp(total) > 1e-6 and len(kept) < P else spare).append((group, block))
+                if len(kept) >= P:
+                    break
+            dropped = len(spare)
+            scored = kept + spare[:P - len(kept)]  # retries exhausted: pad with zero-signal groups
+        matrix = np.concatenate([block for _, block in scored], axis=0)
+        ro = self._assemble(index, policy_version, [g for g, _ in scored], matrix)
+        ro.timings.update(timings)
+        if a.dynamic_sampling:
+            ro.metrics["dynamic_sampling/dropped_groups"] = float(dropped)
+        return ro
+
+    def _assemble(self, index: int, policy_version: int, groups: list, matrix: np.ndarray) -> Rollout:
+        spec, G = self.spec, self.spec.rollout.num_generations
+        pad = self.tokenizer.pad_token_id
+        completions = [c for _, _, g in groups for c in g]
+        prompt_ids, prompt_mask = left_pad([p[1] for _, p, _ in groups for _ in range(G)], pad)
+        Lc = max(1, max(len(c.token_ids) for c in completions))
+        comp_ids = torch.full((len(completions), Lc), pad, dtype=torch.long)
+        comp_mask = torch.zeros((len(completions), Lc), dtype=torch.long)
+        have_lp = all(c.logprobs is not None for c in completions)
+        samp_lp = torch.zeros((len(completions), Lc)) if have_lp else None
+        for i, c in enumerate(completions):
+            n = len(c.token_ids)
+            comp_ids[i, :n] = torch.tensor(c.token_ids, dtype=torch.long)
+            comp_mask[i, :n] = 1
+            if samp_lp is not None:
+                samp_lp[i, :n] = torch.tensor(c.logprobs)
+        truncated = torch.tensor([c.finish_reason == "length" for c in completions])
+        loss_mask = comp_mask.clone()
+        if spec.algorithm.mask_truncated_completions:
+            loss_mask[truncated] = 0
+
+        per_fn = torch.from_numpy(matrix)
+        rewards = grpo.combine_rewards(per_fn, self.weights)
+        adv, group_std = grpo.group_advantages(rewards, G, spec.algorithm.scale_rewards)
+        lengths = comp_mask.sum(-1).float()
+
+        m: dict[str, float] = {
+            "reward": rewards.mean().item(),
+            "reward_std": rewards.view(-1, G).std(dim=1).mean().item(),
+            "frac_reward_zero_std": torch.isclose(group_std, torch.zeros_like(group_std)).float().mean().item(),
+            "completions/mean_length": lengths.mean().item(),
+            "completions/min_length": lengths.min().item(),
+            "completions/max_length": lengths.max().item(),
+            "completions/clipped_ratio": truncated.float().mean().item(),
+            "completion_tokens": float(lengths.sum().item()),
+        }
+        for j, name in enumerate(self.scorer.names):
+            col = per_fn[:, j]
+            ok = ~torch.isnan(col)
+            m[f"rewards/{name}/mean"] = col[ok].mean().item() if ok.any() else math.nan
+            m[f"rewards/{name}/std"] = col[ok].std().item() if ok.sum() > 1 else 0.0
+            m[f"rewards/{name}/errors"] = float(self.scorer.error_counts.get(name, 0))
+
+        samples = []
+        for i, c in enumerate(completions):
+            gi = i // G
+            samples.append({
+                "group": gi, "prompt": groups[gi][1][0], "completion": c.text,
+                "solution": self.rows[groups[gi][0]].get("solution"),
+                "rewards": {n: (None if math.isnan(v) else float(v)) for n, v in zip(self.scorer.names, matrix[i])},
+                "reward": rewards[i].item(), "advantage": adv[i].item(),
+                "length": len(c.token_ids), "truncated": bool(truncated[i]),
+            })
+        return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
+                       adv, m, samples)
+
+    # ------------------------------------------------------------------ loss
+
+    def _logps(self, model, ro: Rollout, sl: slice, want_entropy: bool = False):
+        d = self.device
+        p_ids, p_mask = ro.prompt_ids[sl].to(d), ro.prompt_mask[sl].to(d)
+        c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
+        ids = torch.cat([p_ids, c_ids], 1)
+        mask = torch.cat([p_mask, c_mask], 1)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False).logits
+        logits = logits[:, p_ids.shape[1] - 1:-1, :].float() / self.spec.rollout.temperature
+        logps = grpo.selective_log_softmax(logits, c_ids)
+        ent = None
+        if want_entropy:
+            with torch.no_grad():
+                ent = grpo.masked_mean(grpo.token_entropy(logits), c_mask.float())
+        return logps, ent
+
+    @torch.no_grad()
+    def _prepare_logps(self, ro: Rollout) -> None:
+        """old_logps (needed when the batch is reused or sampled by an older policy) and ref_logps (beta > 0)."""
+        a, r = self.spec.algorithm, self.spec.rollout
+        B = ro.completion_ids.shape[0]
+        mb = B // a.gradient_accumulation_steps
+        if r.async_generation and ro.sampling_logps is not None:
+            ro.old_logps = ro.sampling_logps  # the engine's weights were the sampling policy
+        elif a.num_iterations > 1 or r.async_generation:
+            self.policy.eval()
+            ro.old_logps = torch.cat([self._logps(self.policy, ro, slice(i, i + mb))[0].cpu() for i in range(0, B, mb)])
+            self.policy.train()
+        if a.beta > 0:
+            if self.reference is not None:
+                ro.ref_logps = torch.cat([self._logps(self.reference, ro, slice(i, i + mb))[0].cpu()
+                                          for i in range(0, B, mb)])
+            else:  # LoRA: the base model is the adapter-free policy
+                with self.policy.disable_adapter():
+                    ro.ref_logps = torch.cat([self._logps(self.policy, ro, slice(i, i + mb))[0].cpu()
+                                              for i in range(0, B, mb)])
+
+    def optimizer_step(self, ro: Rollout) -> dict[str, float]:
+        a, r = self.spec.algorithm, self.spec.rollout
+        B = ro.completion_ids.shape[0]
+        ga = a.gradient_accumulation_steps
+        mb = B // ga
+        total_tokens = float(ro.loss_mask.sum())
+        acc = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
+               "clip_ratio/region_mean": 0.0}
+        for i in range(0, B, mb):
+            sl = slice(i, i + mb)
+            logps, ent = self._logps(self.policy, ro, sl, want_entropy=True)
+            old = ro.old_logps[sl].to(self.device) if ro.old_logps is not None else logps.detach()
+            ref = ro.ref_logps[sl].to(self.device) if ro.ref_logps is not None else None
+            out = grpo.policy_loss(
+                logps, old, ro.advantages[sl].to(self.device), ro.loss_mask[sl].to(self.device),
+                loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=self.spec.epsilon_high,
+                is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
+                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B)
+            out.loss.backward()
+            acc["loss"] += out.loss.item()
+            for k, v in (("kl", out.kl), ("entropy", ent), ("clip_ratio/low_mean", out.clip_low),
+                         ("clip_ratio/high_mean", out.clip_high), ("clip_ratio/region_mean", out.clip_region)):
+                acc[k] += float(v) / ga
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm if a.max_grad_norm > 0 else math.inf)
+        acc["grad_norm"] = float(grad_norm)
+        acc["learning_rate"] = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if a.beta == 0:
+            acc.pop("kl")
+        return acc
+
+    # ------------------------------------------------------------------ weights, eval, checkpoints
+
+    def sync_weights(self) -> float:
+        """Push the updated policy into the engine (a no-op when the engine shares the policy's weights)."""
+        if getattr(self.engine, "model", None) is self.policy:
+            return 0.0
+        t0 = time.time()
+        self.engine.update_weights(self.policy.named_parameters())
+        return time.time() - t0
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Greedy completions on the eval rows, scored by the same reward functions."""
+        if not self.eval_rows:
+            return {}
+        prompts = [self._prompt(i, self.eval_rows, "eval") for i in range(len(self.eval_rows))]
+        groups = self.engine.generate([PromptInput(ids) for _, ids in prompts], self._sampling(0, 1, greedy=True))
+        texts = [g[0].text for g in groups]
+        mat = self.scorer.score([p for p, _ in prompts], texts, self.eval_rows)
+        out = {"eval/reward": float(np.nansum(mat * self.scorer.weights[None, :], axis=1).mean())}
+        for j, name in enumerate(self.scorer.names):
+            col = mat[:, j]
+            out[f"eval/rewards/{name}/mean"] = float(np.nanmean(col)) if not np.isnan(col).all() else math.nan
+        return out
+
+    def save_checkpoint(self) -> Path:
+        ckpt = self.run.checkpoints_dir / f"step-{self.step}"
+        if ckpt.exists():
+            shutil.rmtree(ckpt)
+        ckpt.mkdir(parents=True)
+        self.policy.save_pretrained(ckpt / "model", safe_serialization=True)
+        self.tokenizer.save_pretrained(ckpt / "model")
+        state = {
+            "step": self.step, "rollouts_done": self.rollouts_done, "sampler": self.sampler.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+            "pending": self.pending, "elapsed_s": self.elapsed(),
+        }
+        torch.save(state, ckpt / "trainer_state.pt")
+        (ckpt / "COMPLETE").write_text(str(self.step))  # written last: a half-written checkpoint is ignored
+        limit = self.spec.output.save_total_limit
+        if limit:
+            for old in self.run.checkpoints()[:-limit]:
+                shutil.rmtree(old, ignore_errors=True)
+        return ckpt
+
+    def _load_state(self, ckpt: Path) -> None:
+        state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
+        self.step, self.rollouts_done = state["step"], state["rollouts_done"]
+        self.sampler.load_state_dict(state["sampler"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.pending = state["pending"]
+        self.elapsed_before = state.get("elapsed_s", 0.0)
+        if getattr(self.engine, "model", None) is not self.policy:
+            self.sync_weights()
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.time() - self.started
+
+    # ------------------------------------------------------------------ the loop
+
+    def _log_step(self, ro: Rollout, it: int, train: dict[str, float], timing: dict[str, float]) -> dict[str, Any]:
+        out = self.spec.output
+        row: dict[str, Any] = {"step": self.step, "time": time.time(), "elapsed_s": self.elapsed(),
+                               "rollout": ro.index}
+        row.update({k: v for k, v in ro.metrics.items() if k != "completion_tokens"})
+        row.update(train)
+        row.update(timing)
+        row["throughput/completion_tokens_per_s"] = ro.metrics["completion_tokens"] / max(timing["timing/step_s"], 1e-9)
+        row["staleness"] = float(self.step - 1 - ro.policy_version)
+        row.update(self.telemetry.sample())
+        if out.eval_steps and self.step % out.eval_steps == 0:
+            ev = self.evaluate()
+            row.update(ev)
+            self.run.eval_dir.mkdir(exist_ok=True)
+            self.run.append_jsonl(self.run.eval_dir / "during_training.jsonl", [{"step": self.step, **ev}])
+        self.run.append_jsonl(self.run.metrics_path, [row])
+        if it == 0 and out.log_samples_steps and (self.step - 1) % out.log_samples_steps == 0:
+            self.run.append_jsonl(self.run.samples_path, ({"step": self.step, "rollout": ro.index, **s}
+                                                          for s in ro.samples))
+        for sink in self.sinks:
+            sink.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, self.step)
+        return row
+
+    def train(self) -> str:
+        a, out = self.spec.algorithm, self.spec.output
+        self.run.write_status(state="running", step=self.step, total_steps=a.max_steps, started_at=self.started,
+                              error="")
+        print(f"training {a.max_steps} steps on {self.device}: {len(self.rows)} prompts, "
+              f"{self.spec.completions_per_step} completions per step", flush=True)
+        pool = ThreadPoolExecutor(max_workers=1) if self.spec.rollout.async_generation else None
+        in_flight: Future[Rollout] | None = None
+        recent: list[float] = []
+
+        def next_rollout() -> Rollout:
+            nonlocal in_flight
+            self.rollouts_done += 1
+            idx, version = self.rollouts_done, self.step
+            if pool is None:
+                return self.make_rollout(idx, version)
+            ro = in_flight.result() if in_flight is not None else self.make_rollout(idx, version)
+            in_flight = None
+            # weights must not change under a running generation: load them now, then start the next one
+            ro.timings["weight_sync_s"] = self.sync_weights()
+            if self.step + a.num_iterations < a.max_steps:
+                in_flight = pool.submit(self.make_rollout, idx + 1, self.step)
+                self.rollouts_done += 1
+            return ro
+
+        try:
+            while self.step < a.max_steps:
+                t_step = time.time()
+                if self.pending is not None:
+                    ro, done_its = self.pending
+                else:
+                    ro, done_its = next_rollout(), 0
+                    t_prep = time.time()
+                    self._prepare_logps(ro)
+                    ro.timings["prep_s"] = time.time() - t_prep
+                for it in range(done_its, a.num_iterations):
+                    if self.step >= a.max_steps:
+                        break
+                    t_train = time.time()
+                    train = self.optimizer_step(ro)
+                    self.step += 1
+                    self.pending = (ro, it + 1) if it + 1 < a.num_iterations else None
+                    t_sync = 0.0 if pool is not None else self.sync_weights()
+                    first = it == done_its and not done_its
+                    timing = {
+                        "timing/rollout_s": ro.timings.get("rollout_s", 0.0) if first else 0.0,
+                        "timing/reward_s": ro.timings.get("reward_s", 0.0) if first else 0.0,
+                        "timing/train_s": time.time() - t_train + (ro.timings.get("prep_s", 0.0) if first else 0.0),
+                        "timing/weight_sync_s": t_sync + (ro.timings.get("weight_sync_s", 0.0) if first else 0.0),
+                        "timing/step_s": time.time() - t_step,
+                    }
+                    row = self._log_step(ro, it, train, timing)
+                    recent = (recent + [timing["timing/step_s"]])[-20:]
+                    eta = (a.max_steps - self.step) * sum(recent) / len(recent)
+                    self.run.write_status(step=self.step, reward=row["reward"], step_s=timing["timing/step_s"],
+                                          eta_s=eta, elapsed_s=self.elapsed())
+                    print(f"step {self.step}/{a.max_steps} reward {row['reward']:.3f} loss {row['loss']:.4f} "
+                          f"len {row['completions/mean_length']:.1f} {timing['timing/step_s']:.2f}s", flush=True)
+                    if out.save_steps and self.step % out.save_steps == 0 and self.step < a.max_steps:
+                        self.save_checkpoint()
+                    if self.stop_requested:
+                        raise StopRequested
+                    t_step = time.time()
+            self.save_checkpoint()
+            self.run.write_status(state="finished", step=self.step, eta_s=0.0)
+            print(f"finished {self.step} steps in {self.elapsed():.1f}s", flush=True)
+            return "finished"
+        except StopRequested:
+            self.save_checkpoint()
+            self.run.write_status(state="stopped", step=self.step)
+            print(f"stopped at step {self.step} (checkpoint saved)", flush=True)
+            return "stopped"
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+            for sink in self.sinks:
+                sink.close()
+            self.scorer.close()
+
+    def install_signal_handlers(self) -> None:
+        def request_stop(signum: int, _frame: Any) -> None:
+            self.stop_requested = True
+            self.run.write_status(state="stopping")
+            print(f"received signal {signum}: stopping after this step", flush=True)
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def error_summary(err: BaseException) -> str:
+    tb = traceback.extract_tb(err.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    return f"{type(err).__name__}: {err}{where}"

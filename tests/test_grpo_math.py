@@ -1,0 +1,168 @@
+"""Loss and advantage math against values computed by hand from the formulas (plain Python floats)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from backend import grpo
+
+# Two completions, three token slots. Sequence 0 has 2 real tokens, sequence 1 has 3.
+LOGPS = [[-1.0, -2.0, -0.5], [-0.5, -1.0, -0.3]]
+OLD = [[-1.2, -1.5, -0.5], [-0.1, -1.0, -0.3]]
+REF = [[-1.1, -2.0, 0.0], [-0.5, -0.7, -0.3]]
+MASK = [[1, 1, 0], [1, 1, 1]]
+ADV = [1.0, -2.0]
+EPS_LO, EPS_HI = 0.2, 0.2
+
+
+def hand_token_losses(level: str, beta: float = 0.0) -> list[list[float]]:
+    out = []
+    for b in range(2):
+        n = sum(MASK[b])
+        if level == "sequence":
+            seq_lr = sum(LOGPS[b][t] - OLD[b][t] for t in range(n)) / n
+        row = []
+        for t in range(3):
+            lr = seq_lr if level == "sequence" else LOGPS[b][t] - OLD[b][t]
+            r = math.exp(lr)
+            c = min(max(r, 1 - EPS_LO), 1 + EPS_HI)
+            loss = -min(r * ADV[b], c * ADV[b])
+            if beta:
+                d = REF[b][t] - LOGPS[b][t]
+                loss += beta * (math.exp(d) - d - 1)
+            row.append(loss)
+        out.append(row)
+    return out
+
+
+def hand_aggregate(tok: list[list[float]], loss_type: str, max_len: int = 4) -> float:
+    lens = [sum(m) for m in MASK]
+    total = sum(tok[b][t] for b in range(2) for t in range(lens[b]))
+    if loss_type == "grpo":
+        return sum(sum(tok[b][:lens[b]]) / lens[b] for b in range(2)) / 2
+    if loss_type in ("bnpo", "dapo"):
+        return total / sum(lens)
+    if loss_type == "dr_grpo":
+        return total / (2 * max_len)
+    raise AssertionError(loss_type)
+
+
+def run(loss_type: str, level: str = "token", beta: float = 0.0) -> grpo.LossOut:
+    return grpo.policy_loss(
+        torch.tensor(LOGPS), torch.tensor(OLD), torch.tensor(ADV), torch.tensor(MASK),
+        loss_type=loss_type, epsilon_low=EPS_LO, epsilon_high=EPS_HI, is_level=level, beta=beta,
+        ref_logps=torch.tensor(REF), max_completion_length=4,
+    )
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_loss_matches_hand_computation(loss_type: str, level: str, beta: float) -> None:
+    expected = hand_aggregate(hand_token_losses(level, beta), loss_type)
+    assert run(loss_type, level, beta).loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_known_values_token_level() -> None:
+    # Worked by hand: seq 0 tokens -> -min(e^.2, 1.2) = -1.2 (high clip), -e^-.5 = -0.60653;
+    # seq 1 (A=-2) -> -min(-2 e^-.4, -2*0.8) = 1.6 (low clip), 2.0, 2.0.
+    assert run("grpo").loss.item() == pytest.approx(((-1.2 - 0.606531) / 2 + (1.6 + 2 + 2) / 3) / 2, rel=1e-5)
+    assert run("bnpo").loss.item() == pytest.approx((-1.2 - 0.606531 + 5.6) / 5, rel=1e-5)
+    assert run("dr_grpo").loss.item() == pytest.approx((-1.2 - 0.606531 + 5.6) / 8, rel=1e-5)
+
+
+def test_clip_metrics_both_sides() -> None:
+    out = run("grpo")
+    # 5 real tokens: token (0,0) clipped high (ratio 1.221 > 1.2, A > 0); (1,0) clipped low (0.670 < 0.8, A < 0).
+    assert out.clip_high.item() == pytest.approx(1 / 5)
+    assert out.clip_low.item() == pytest.approx(1 / 5)
+    assert out.clip_region.item() == pytest.approx(2 / 5)
+
+
+def test_clipped_tokens_get_no_gradient() -> None:
+    logps = torch.tensor(LOGPS, requires_grad=True)
+    out = grpo.policy_loss(logps, torch.tensor(OLD), torch.tensor(ADV), torch.tensor(MASK), loss_type="bnpo",
+                           epsilon_low=EPS_LO, epsilon_high=EPS_HI)
+    out.loss.backward()
+    g = logps.grad
+    assert g[0, 0] == 0 and g[1, 0] == 0  # clipped on the high and the low side
+    assert g[0, 1] != 0 and g[1, 1] != 0  # inside the trust region
+    assert g[0, 2] == 0  # masked padding
+
+
+def test_kl_k3_value() -> None:
+    out = run("grpo", beta=0.1)
+    d = [REF[b][t] - LOGPS[b][t] for b in range(2) for t in range(3) if MASK[b][t]]
+    assert out.kl.item() == pytest.approx(sum(math.exp(x) - x - 1 for x in d) / len(d), rel=1e-5)
+
+
+def test_asymmetric_epsilon_high() -> None:
+    out = grpo.policy_loss(torch.tensor(LOGPS), torch.tensor(OLD), torch.tensor(ADV), torch.tensor(MASK),
+                           loss_type="bnpo", epsilon_low=0.2, epsilon_high=0.28)
+    # ratio 1.2214 is inside 1 + 0.28 now: token (0,0) contributes -1.2214 instead of -1.2
+    assert out.loss.item() == pytest.approx((-math.exp(0.2) - 0.606531 + 5.6) / 5, rel=1e-5)
+    assert out.clip_high.item() == 0
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+def test_micro_batches_sum_to_the_full_batch(loss_type: str) -> None:
+    torch.manual_seed(0)
+    B, T = 8, 5
+    logps, old = -torch.rand(B, T), -torch.rand(B, T)
+    adv = torch.randn(B)
+    mask = (torch.rand(B, T) > 0.3).long()
+    mask[:, 0] = 1
+    kw = dict(loss_type=loss_type, epsilon_low=0.2, epsilon_high=0.2, max_completion_length=T,
+              global_num_tokens=float(mask.sum()), global_num_seqs=B)
+    full = grpo.policy_loss(logps, old, adv, mask, num_micro_batches=1, **kw).loss
+    parts = sum(grpo.policy_loss(logps[i:i + 2], old[i:i + 2], adv[i:i + 2], mask[i:i + 2], num_micro_batches=4,
+                                 **kw).loss for i in range(0, B, 2))
+    assert parts.item() == pytest.approx(full.item(), rel=1e-5)
+
+
+def test_dapo_normalises_by_global_tokens_bnpo_by_micro_batch() -> None:
+    logps, old = torch.zeros(2, 2), torch.zeros(2, 2)
+    adv = torch.tensor([1.0, 1.0])
+    mask = torch.tensor([[1, 0], [1, 1]])
+    # each token loss is -1. Micro-batch 1 = seq 0 (1 token), micro-batch 2 = seq 1 (2 tokens).
+    kw = dict(epsilon_low=0.2, epsilon_high=0.2, num_micro_batches=2, global_num_tokens=3.0)
+    dapo = sum(grpo.policy_loss(logps[i:i + 1], old[i:i + 1], adv[i:i + 1], mask[i:i + 1], loss_type="dapo",
+                                **kw).loss for i in range(2))
+    bnpo = sum(grpo.policy_loss(logps[i:i + 1], old[i:i + 1], adv[i:i + 1], mask[i:i + 1], loss_type="bnpo",
+                                **kw).loss for i in range(2))
+    assert dapo.item() == pytest.approx(-3 / 3)
+    assert bnpo.item() == pytest.approx((-1 / 1 + -2 / 2) / 2)
+
+
+REWARDS = [1.0, 2.0, 3.0, 4.0, 5.0, 5.0, 5.0, 5.0]
+
+
+def test_advantages_group_scaling() -> None:
+    adv, std = grpo.group_advantages(torch.tensor(REWARDS), 4, "group")
+    s = math.sqrt(((1.5**2) * 2 + (0.5**2) * 2) / 3)  # unbiased std of 1, 2, 3, 4
+    assert adv[:4].tolist() == pytest.approx([(r - 2.5) / (s + 1e-4) for r in REWARDS[:4]], rel=1e-5)
+    assert adv[4:].tolist() == [0.0, 0.0, 0.0, 0.0]  # zero-std group: no signal, no NaN
+    assert std.tolist() == pytest.approx([s, 0.0], rel=1e-5)
+
+
+def test_advantages_batch_and_none_scaling() -> None:
+    mean = sum(REWARDS) / 8
+    bstd = math.sqrt(sum((r - mean) ** 2 for r in REWARDS) / 7)
+    adv, _ = grpo.group_advantages(torch.tensor(REWARDS), 4, "batch")
+    assert adv[:4].tolist() == pytest.approx([(r - 2.5) / (bstd + 1e-4) for r in REWARDS[:4]], rel=1e-5)
+    adv, _ = grpo.group_advantages(torch.tensor(REWARDS), 4, "none")
+    assert adv.tolist() == pytest.approx([-1.5, -0.5, 0.5, 1.5, 0, 0, 0, 0])
+
+
+def test_combine_rewards_treats_none_as_zero() -> None:
+    per_fn = torch.tensor([[1.0, float("nan")], [0.5, 2.0]])
+    assert grpo.combine_rewards(per_fn, torch.tensor([2.0, 0.5])).tolist() == pytest.approx([2.0, 2.0])
+
+
+def test_selective_log_softmax() -> None:
+    logits = torch.tensor([[[1.0, 2.0, 3.0]]])
+    expected = 2.0 - math.log(math.exp(1) + math.exp(2) + math.exp(3))
+    assert grpo.selective_log_softmax(logits, torch.tensor([[1]])).item() == pytest.approx(expected, rel=1e-6)

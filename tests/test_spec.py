@@ -1,0 +1,117 @@
+"""RunSpec: defaults, YAML round trip, overrides, field catalogue, and rejection of bad specs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from backend.spec import RunSpec, SpecError, apply_overrides, check_spec, iter_fields, load_spec, spec_from_dict
+from backend.train import main as train_main
+
+ROOT = Path(__file__).resolve().parent.parent
+PRESETS = sorted((ROOT / "presets").glob("*.yaml"))
+
+
+def test_every_preset_validates() -> None:
+    assert any(p.stem == "tiny-cpu" for p in PRESETS)
+    for p in PRESETS:
+        spec = load_spec(p)
+        assert check_spec(spec, ROOT) == [], p.name
+
+
+def test_yaml_round_trip(tmp_path: Path) -> None:
+    spec = load_spec(ROOT / "presets/tiny-cpu.yaml", ["algorithm.learning_rate=3e-5", "rollout.top_k=5"])
+    path = tmp_path / "s.yaml"
+    path.write_text(spec.to_yaml())
+    again = load_spec(path)
+    assert again == spec
+    assert again.algorithm.learning_rate == pytest.approx(3e-5)
+    assert again.rollout.top_k == 5
+
+
+def test_overrides_parse_yaml_values() -> None:
+    data = apply_overrides({}, ["data.sources=[a.jsonl, b.jsonl#10]", "rollout.async_generation=true",
+                                "output.report_to=[tensorboard]"])
+    spec = spec_from_dict(data)
+    assert spec.data.sources == ["a.jsonl", "b.jsonl#10"]
+    assert spec.rollout.async_generation is True
+    assert spec.output.report_to == ["tensorboard"]
+
+
+def test_field_catalogue_covers_every_field_with_help() -> None:
+    docs = {d.path: d for d in iter_fields()}
+    for section, sfield in RunSpec.model_fields.items():
+        for name in sfield.annotation.model_fields:
+            assert f"{section}.{name}" in docs
+    for name in ["model.name_or_path", "rollout.num_generations", "rollout.temperature",
+                 "rollout.max_completion_length", "algorithm.loss_type", "algorithm.learning_rate",
+                 "algorithm.max_steps", "output.runs_dir", "output.save_steps"]:
+        assert docs[name].help, name
+    ng = docs["rollout.num_generations"]
+    assert (ng.minimum, ng.default) == (2, 8)
+    assert docs["algorithm.loss_type"].choices == ("grpo", "bnpo", "dr_grpo", "dapo")
+    assert docs["rollout.temperature"].exclusive_min
+
+
+# (overrides, field the message must name, a word the message must contain)
+BAD = [
+    (["rollout.num_generations=1"], "rollout.num_generations", "greater than or equal to 2"),
+    (["algorithm.learning_rate=-1e-4"], "algorithm.learning_rate", "greater than 0"),
+    (["algorithm.prompts_per_step=3", "rollout.num_generations=3", "algorithm.gradient_accumulation_steps=2"],
+     "algorithm.gradient_accumulation_steps", "9 completions"),
+    (["model.name_or_path=/nonexistent/model"], "model.name_or_path", "no such model"),
+    (["model.name_or_path=assets/no-such-model"], "model.name_or_path", "no such model"),
+    (["data.sources=[assets/data/missing.jsonl]"], "data.sources", "no such file"),
+    (["data.prompt_column=question"], "data.prompt_column", "'question' not in"),
+    (["rewards.functions=[{name: no_such_reward}]"], "rewards.functions", "unknown reward"),
+    (["algorithm.loss_type=ppo"], "algorithm.loss_type", "grpo"),
+    (["rollout.temperature=0"], "rollout.temperature", "greater than 0"),
+    (["data.sources=[assets/data/add_train.jsonl#zero]"], "data.sources", "positive integer"),
+    (["rollout.placement=separate", "rollout.engine=vllm", "resources.train_gpus=[0]",
+      "resources.rollout_gpus=[0]"], "resources.rollout_gpus", "both"),
+    (["algorithm.epsilon_high=0.1"], "algorithm.epsilon_high", ">= epsilon"),
+    (["rollout.no_such_option=3"], "rollout.no_such_option", "unknown option"),
+    (["algorithm.max_steps=0"], "algorithm.max_steps", "greater than or equal to 1"),
+    (["rewards.plugins=[nope.py]"], "rewards.plugins", "no such plugin"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field", "words"), BAD, ids=[b[1] + ":" + b[2] for b in BAD])
+def test_bad_spec_is_rejected_naming_the_field(overrides, field, words, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    runs = tmp_path / "runs"
+    code = train_main(["--config", "presets/tiny-cpu.yaml", "--set", f"output.runs_dir={runs}", *sum(
+        (["--set", o] for o in overrides), [])])
+    err = capsys.readouterr().err
+    assert code == 2
+    line = next((ln for ln in err.splitlines() if field in ln), "")
+    assert words in line, err
+    assert not runs.exists() or not any(runs.iterdir())  # nothing created
+
+
+def test_bad_yaml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(bad)
+    with pytest.raises(SpecError, match="not found"):
+        load_spec(tmp_path / "nope.yaml")
+    notmap = tmp_path / "list.yaml"
+    notmap.write_text(yaml.safe_dump([1, 2]))
+    with pytest.raises(SpecError, match="mapping"):
+        load_spec(notmap)
+
+
+def test_cli_bad_config_exits_nonzero_in_a_subprocess(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    p = subprocess.run([sys.executable, "-m", "backend.train", "--config", "presets/tiny-cpu.yaml",
+                        "--set", f"output.runs_dir={runs}", "--set", "rollout.num_generations=1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert "rollout.num_generations" in p.stderr
+    assert p.stdout == ""
+    assert not runs.exists()
