@@ -8,7 +8,6 @@ more than one field or the file system, and names the field in every message.
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -363,9 +362,11 @@ def is_hub_id(ref: str) -> bool:
 
 
 def plugin_function_names(path: str | Path) -> set[str]:
-    """Top-level function names of a plugin file, read without running it (the file runs only in the worker)."""
-    tree = ast.parse(Path(path).read_text(), filename=str(path))
-    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    """Names a RunSpec may use from a plugin file (functions, @reward_function(name=...) aliases, names
+    imported with `from x import y`), read with ast without running it (the file runs only in the worker)."""
+    from backend.rewards.plugins import plugin_reward_names
+
+    return plugin_reward_names(path)
 
 
 def _source_columns(path: Path) -> set[str] | None:
@@ -443,7 +444,7 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
 
     # rewards
     names = set(BUILTIN_REWARDS)
-    for i, plugin in enumerate(spec.rewards.plugins):
+    for plugin in spec.rewards.plugins:
         pp = base / plugin if not Path(plugin).is_absolute() else Path(plugin)
         if not pp.is_file():
             issues.append(SpecIssue("rewards.plugins", f"no such plugin file: {plugin}"))

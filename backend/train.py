@@ -110,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     import psutil
 
     run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
-    from backend.trainer import GRPOTrainer, error_summary
+    from backend.trainer import GRPOTrainer, error_summary, install_signal_handlers
 
+    install_signal_handlers(run)
     try:
         trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
-        trainer.install_signal_handlers()
         trainer.train()
         return 0
     except Exception as err:

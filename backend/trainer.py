@@ -15,8 +15,10 @@ import math
 import random
 import shutil
 import signal
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ from backend import grpo
 from backend.data import PromptSampler, load_rows, render_prompt
 from backend.engines.base import PromptInput, RolloutEngine, SamplingParams
 from backend.engines.hf import left_pad, positions
+from backend.evaluate import greedy_eval
 from backend.model_builder import (
     build_engine,
     build_optimizer,
@@ -69,6 +72,20 @@ class StopRequested(Exception):
     pass
 
 
+# Set by SIGTERM/SIGINT (installed before the model loads, so an early stop is not lost); checked after each step.
+STOP = threading.Event()
+
+
+def install_signal_handlers(run: RunDir) -> None:
+    def request_stop(signum: int, _frame: Any) -> None:
+        STOP.set()
+        run.write_status(state="stopping")
+        print(f"received signal {signum}: stopping after this step", flush=True)
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+
 class GRPOTrainer:
     def __init__(self, spec: RunSpec, run: RunDir, base_dir: Path, resume: bool = False):
         self.spec, self.run, self.base_dir = spec, run, base_dir
@@ -95,7 +112,8 @@ class GRPOTrainer:
         self.step = 0
         self.rollouts_done = 0
         self.pending: tuple[Rollout, int] | None = None  # a rollout with iterations left, and how many were done
-        self.stop_requested = False
+        self.stop_at_step: int | None = None  # stop (with a checkpoint) once this step is done, as on SIGTERM
+        self.on_step: Callable[[GRPOTrainer, dict[str, Any]], None] | None = None  # after each step is logged
         self.telemetry = Telemetry()
         self.sinks = make_sinks(spec.output.report_to, run.path, spec.model_dump(mode="json"))
         self.started = time.time()
@@ -114,11 +132,11 @@ class GRPOTrainer:
             self._prompt_cache[key] = (text, ids)
         return self._prompt_cache[key]
 
-    def _sampling(self, index: int, n: int, greedy: bool = False) -> SamplingParams:
+    def _sampling(self, index: int, n: int) -> SamplingParams:
         r = self.spec.rollout
         # A seed per rollout makes sampling independent of thread timing and exactly resumable.
         return SamplingParams(n=n, max_tokens=r.max_completion_length, temperature=r.temperature,
-                              top_p=r.top_p, top_k=1 if greedy else r.top_k,
+                              top_p=r.top_p, top_k=r.top_k,
                               seed=self.spec.algorithm.seed * 1_000_003 + index)
 
     def _generate_groups(self, row_ids: list[int], index: int, salt: int, timings: dict[str, float]
@@ -301,18 +319,9 @@ class GRPOTrainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Greedy completions on the eval rows, scored by the same reward functions."""
-        if not self.eval_rows:
-            return {}
         prompts = [self._prompt(i, self.eval_rows, "eval") for i in range(len(self.eval_rows))]
-        groups = self.engine.generate([PromptInput(ids) for _, ids in prompts], self._sampling(0, 1, greedy=True))
-        texts = [g[0].text for g in groups]
-        mat = self.scorer.score([p for p, _ in prompts], texts, self.eval_rows)
-        out = {"eval/reward": float(np.nansum(mat * self.scorer.weights[None, :], axis=1).mean())}
-        for j, name in enumerate(self.scorer.names):
-            col = mat[:, j]
-            out[f"eval/rewards/{name}/mean"] = float(np.nanmean(col)) if not np.isnan(col).all() else math.nan
-        return out
+        return greedy_eval(self.engine, self.tokenizer, self.eval_rows, self.spec.data, self.scorer,
+                           self.spec.rollout.max_completion_length, prompts)
 
     def save_checkpoint(self) -> Path:
         ckpt = self.run.checkpoints_dir / f"step-{self.step}"
@@ -403,6 +412,8 @@ class GRPOTrainer:
             return ro
 
         try:
+            if STOP.is_set():  # asked to stop while loading
+                raise StopRequested
             while self.step < a.max_steps:
                 t_step = time.time()
                 if self.pending is not None:
@@ -437,7 +448,9 @@ class GRPOTrainer:
                           f"len {row['completions/mean_length']:.1f} {timing['timing/step_s']:.2f}s", flush=True)
                     if out.save_steps and self.step % out.save_steps == 0 and self.step < a.max_steps:
                         self.save_checkpoint()
-                    if self.stop_requested:
+                    if self.on_step is not None:
+                        self.on_step(self, row)
+                    if STOP.is_set() or self.step == self.stop_at_step:
                         raise StopRequested
                     t_step = time.time()
             self.save_checkpoint()
@@ -455,15 +468,6 @@ class GRPOTrainer:
             for sink in self.sinks:
                 sink.close()
             self.scorer.close()
-
-    def install_signal_handlers(self) -> None:
-        def request_stop(signum: int, _frame: Any) -> None:
-            self.stop_requested = True
-            self.run.write_status(state="stopping")
-            print(f"received signal {signum}: stopping after this step", flush=True)
-
-        signal.signal(signal.SIGTERM, request_stop)
-        signal.signal(signal.SIGINT, request_stop)
 
 
 def _seed_everything(seed: int) -> None:

@@ -1,0 +1,91 @@
+"""The transformers rollout engine on the shipped tiny model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from backend.engines.base import PromptInput, SamplingParams
+from backend.engines.hf import HFEngine, filter_logits, left_pad, positions
+from backend.grpo import selective_log_softmax
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def engine() -> HFEngine:
+    tok = AutoTokenizer.from_pretrained(ROOT / "assets/tiny-add")
+    model = AutoModelForCausalLM.from_pretrained(ROOT / "assets/tiny-add", dtype=torch.float32)
+    return HFEngine(model, tok)
+
+
+def prompts(engine: HFEngine, texts: list[str]) -> list[PromptInput]:
+    return [PromptInput(engine.tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+
+
+def test_groups_shapes_and_finish_reasons(engine: HFEngine) -> None:
+    out = engine.generate(prompts(engine, ["12+34=", "9+9=", "10+20="]), SamplingParams(n=4, max_tokens=6, seed=1))
+    assert [len(g) for g in out] == [4, 4, 4]
+    for group in out:
+        for c in group:
+            assert len(c.logprobs) == len(c.token_ids)
+            if c.finish_reason == "stop":
+                assert c.token_ids[-1] == engine.tok.eos_token_id
+                assert engine.tok.eos_token_id not in c.token_ids[:-1]
+            else:
+                assert len(c.token_ids) == 6
+            assert c.text == engine.tok.decode(c.token_ids, skip_special_tokens=True)
+
+
+def test_truncation_at_max_tokens(engine: HFEngine) -> None:
+    out = engine.generate(prompts(engine, ["12+34="]), SamplingParams(n=3, max_tokens=1, seed=0))
+    assert all(c.finish_reason == "length" and len(c.token_ids) == 1 for c in out[0])
+
+
+def test_seeded_sampling_is_reproducible(engine: HFEngine) -> None:
+    sp = SamplingParams(n=8, max_tokens=5, temperature=1.5, seed=123)
+    a = engine.generate(prompts(engine, ["23+45=", "71+18="]), sp)
+    b = engine.generate(prompts(engine, ["23+45=", "71+18="]), sp)
+    assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
+
+
+def test_top_k_one_is_greedy_like_hf_generate(engine: HFEngine) -> None:
+    texts = ["23+45=", "7+18=", "99+99="]  # different lengths: exercises left padding
+    out = engine.generate(prompts(engine, texts), SamplingParams(n=1, max_tokens=5, top_k=1, seed=0))
+    enc = engine.tok(texts, return_tensors="pt", padding=True)
+    ref = engine.model.generate(**enc, max_new_tokens=5, do_sample=False, pad_token_id=engine.pad_id)
+    ref_texts = engine.tok.batch_decode(ref[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert [g[0].text for g in out] == ref_texts
+
+
+def test_logprobs_match_one_forward_pass(engine: HFEngine) -> None:
+    sp = SamplingParams(n=4, max_tokens=5, temperature=0.7, seed=7)
+    ps = prompts(engine, ["23+45=", "7+18="])
+    out = engine.generate(ps, sp)
+    for p, group in zip(ps, out):
+        for c in group:
+            ids = torch.tensor([p.token_ids + c.token_ids])
+            mask = torch.ones_like(ids)
+            with torch.no_grad():
+                logits = engine.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
+            lp = selective_log_softmax(logits[0, len(p.token_ids) - 1:-1] / sp.temperature, ids[0, len(p.token_ids):])
+            assert lp.tolist() == pytest.approx(c.logprobs, abs=1e-4)
+
+
+def test_filter_logits_top_k_and_top_p() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    k = filter_logits(logits, 2, 1.0)
+    assert torch.isinf(k[0, 2:]).all() and torch.isfinite(k[0, :2]).all()
+    p = filter_logits(logits, 0, 0.8)  # 0.5 + 0.3 reaches 0.8: keep two
+    assert torch.isfinite(p[0, :2]).all() and torch.isinf(p[0, 2:]).all()
+    p = filter_logits(logits, 0, 0.81)
+    assert torch.isfinite(p[0, :3]).all() and torch.isinf(p[0, 3])
+
+
+def test_left_pad() -> None:
+    ids, mask = left_pad([[1, 2, 3], [4]], 0)
+    assert ids.tolist() == [[1, 2, 3], [0, 0, 4]]
+    assert positions(mask).tolist() == [[0, 1, 2], [0, 0, 0]]

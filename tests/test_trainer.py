@@ -1,0 +1,190 @@
+"""The trainer end to end on the shipped tiny model: run directory, resume, options that change the loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from backend.launcher import create_run
+from backend.rundir import RunDir, read_jsonl
+from backend.spec import load_spec
+from backend.trainer import GRPOTrainer
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "presets/tiny-cpu.yaml"
+FAST = ["algorithm.prompts_per_step=4", "rollout.num_generations=4", "output.eval_steps=0", "output.save_steps=0"]
+
+
+def make_run(tmp_path: Path, *overrides: str) -> tuple[RunDir, object]:
+    spec = load_spec(TINY, [f"output.runs_dir={tmp_path / 'runs'}", *FAST, *overrides])
+    return create_run(spec, ROOT), spec
+
+
+def train(tmp_path: Path, *overrides: str, stop_at: int | None = None) -> tuple[RunDir, GRPOTrainer]:
+    run, spec = make_run(tmp_path, *overrides)
+    t = GRPOTrainer(spec, run, ROOT)
+    t.stop_at_step = stop_at
+    t.train()
+    return run, t
+
+
+def metrics(run: RunDir) -> list[dict]:
+    return read_jsonl(run.metrics_path)[0]
+
+
+REQUIRED = ["reward", "reward_std", "rewards/exact_match/mean", "rewards/exact_match/std", "rewards/digit_match/mean",
+            "frac_reward_zero_std", "completions/mean_length", "completions/min_length", "completions/max_length",
+            "completions/clipped_ratio", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean",
+            "clip_ratio/region_mean", "loss", "grad_norm", "learning_rate", "timing/rollout_s", "timing/reward_s",
+            "timing/train_s", "timing/weight_sync_s", "timing/step_s", "throughput/completion_tokens_per_s",
+            "staleness", "system/ram_gb", "system/cpu_percent"]
+
+
+def test_run_directory_contents(tmp_path: Path) -> None:
+    run, _ = train(tmp_path, "algorithm.max_steps=4", "output.report_to=[tensorboard]", "algorithm.beta=0.02",
+                   "output.eval_steps=2", "output.log_samples_steps=2")
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for key in [*REQUIRED, "kl"]:
+        assert all(key in r for r in rows), key
+    assert "eval/rewards/exact_match/mean" in rows[1] and "eval/reward" not in rows[0]
+    samples = read_jsonl(run.samples_path)[0]
+    assert {s["step"] for s in samples} == {1, 3}  # every 2nd step, all 16 completions of it
+    assert len(samples) == 32
+    s = samples[0]
+    assert set(s) >= {"step", "group", "prompt", "completion", "rewards", "reward", "advantage", "length", "truncated"}
+    assert s["reward"] == pytest.approx(sum(v for v in s["rewards"].values() if v is not None))
+    st = run.read_status()
+    assert st["state"] == "finished" and st["step"] == 4 and st["total_steps"] == 4
+    assert (run.checkpoints_dir / "step-4" / "COMPLETE").exists()
+    assert list((run.path / "tensorboard").glob("events.out.tfevents.*"))
+    assert load_spec(run.spec_path).algorithm.max_steps == 4
+
+
+def test_group_advantages_in_samples_sum_to_zero(tmp_path: Path) -> None:
+    run, _ = train(tmp_path, "algorithm.max_steps=1")
+    samples = read_jsonl(run.samples_path)[0]
+    for g in {s["group"] for s in samples}:
+        adv = [s["advantage"] for s in samples if s["group"] == g]
+        assert sum(adv) == pytest.approx(0, abs=1e-4)
+
+
+def _final_weights(run: RunDir) -> dict[str, torch.Tensor]:
+    ckpt = run.latest_checkpoint()
+    return load_file(next((ckpt / "model").glob("*.safetensors")))
+
+
+@pytest.mark.parametrize("extra", [
+    ["algorithm.num_iterations=2", "algorithm.beta=0.04", "algorithm.lr_scheduler=cosine", "algorithm.warmup_steps=2"],
+    ["model.finetune=lora", "model.lora_rank=4", "algorithm.beta=0.04", "algorithm.learning_rate=1e-3"],
+], ids=["full-mu2-kl-cosine", "lora-kl"])
+def test_exact_resume_matches_a_straight_run(tmp_path: Path, extra: list[str]) -> None:
+    straight, _ = train(tmp_path / "a", "algorithm.max_steps=7", *extra)
+    # stop after step 3: with mu=2 that is mid-rollout, so the pending batch must come back too
+    part, _ = train(tmp_path / "b", "algorithm.max_steps=7", *extra, stop_at=3)
+    assert part.read_status()["state"] == "stopped"
+    spec = load_spec(part.spec_path)
+    resumed = GRPOTrainer(spec, part, ROOT, resume=True)
+    assert resumed.step == 3
+    resumed.train()
+    a, b = _final_weights(straight), _final_weights(part)
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+    ra, rb = metrics(straight), metrics(part)
+    assert [r["step"] for r in rb] == list(range(1, 8))
+    assert [r["reward"] for r in ra] == pytest.approx([r["reward"] for r in rb], abs=1e-6)
+
+
+def test_kill_9_then_resume_has_each_step_once(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "backend.train", "--config", str(TINY), "--set", f"output.runs_dir={runs}",
+           *sum((["--set", o] for o in FAST), []), "--set", "algorithm.max_steps=30", "--set", "output.save_steps=4"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    run = RunDir(proc.stdout.readline().strip())
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        steps = [r["step"] for r in read_jsonl(run.metrics_path)[0]]
+        if len(steps) >= 10:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = max(r["step"] for r in read_jsonl(run.metrics_path)[0])
+    assert 10 <= killed_at < 30
+    assert run.state() == "failed"  # status says running, but the process is gone
+    last = run.latest_checkpoint()
+    assert last is not None and int(last.name.split("-")[1]) <= killed_at
+    r = subprocess.run([sys.executable, "-m", "backend.train", "--resume", str(run.path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = [row["step"] for row in read_jsonl(run.metrics_path)[0]]
+    assert steps == list(range(1, 31))
+    assert run.read_status()["state"] == "finished"
+    assert json.loads(run.status_path.read_text())["step"] == 30
+
+
+def test_sigterm_stops_gracefully_with_a_checkpoint(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "backend.train", "--config", str(TINY), "--set", f"output.runs_dir={runs}",
+           *sum((["--set", o] for o in FAST), []), "--set", "algorithm.max_steps=500"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = RunDir(proc.stdout.readline().strip())
+    deadline = time.time() + 120
+    while time.time() < deadline and len(read_jsonl(run.metrics_path)[0]) < 3:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    st = run.read_status()
+    assert st["state"] == "stopped"
+    assert run.latest_checkpoint().name == f"step-{st['step']}"
+    assert "train.log" and "stopped at step" in run.log_path.read_text()
+
+
+def test_async_generation_is_one_step_stale(tmp_path: Path) -> None:
+    run, _ = train(tmp_path, "algorithm.max_steps=5", "rollout.async_generation=true")
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    assert rows[0]["staleness"] == 0
+    assert all(r["staleness"] == 1 for r in rows[1:])
+    # ratios to the sampling policy are not identically 1 any more: the clip can act
+    assert all(r["loss"] == r["loss"] for r in rows)
+
+
+def test_dynamic_sampling_keeps_the_batch_full(tmp_path: Path) -> None:
+    run, _ = train(tmp_path, "algorithm.max_steps=3", "algorithm.dynamic_sampling=true")
+    rows = metrics(run)
+    assert all("dynamic_sampling/dropped_groups" in r for r in rows)
+    samples = read_jsonl(run.samples_path)[0]
+    assert len([s for s in samples if s["step"] == 1]) == 16
+
+
+def test_mask_truncated_completions_removes_them_from_the_loss(tmp_path: Path) -> None:
+    # max 1 new token: every completion is truncated, so nothing is left to learn from
+    run, _ = train(tmp_path, "algorithm.max_steps=2", "rollout.max_completion_length=1",
+                   "algorithm.mask_truncated_completions=true")
+    rows = metrics(run)
+    assert all(r["completions/clipped_ratio"] == 1.0 for r in rows)
+    assert all(r["grad_norm"] == 0.0 and r["loss"] == 0.0 for r in rows)
+
+
+def test_failed_run_records_the_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "1+1=", "solution": "2"}\n')
+    run, spec = make_run(tmp_path, f"data.sources=[{bad}]")
+    bad.write_text("this is not json\n")  # broken after validation, as a file edited mid-launch would be
+    r = subprocess.run([sys.executable, "-m", "backend.train", "--run-dir", str(run.path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    st = run.read_status()
+    assert st["state"] == "failed" and "cannot read" in st["error"]
