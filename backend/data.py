@@ -69,7 +69,13 @@ def load_source(ref: str, base_dir: Path, seed: int):
                 fmt = SUPPORTED_DATA_SUFFIXES.get(p.suffix.lower())
                 if fmt is None:
                     raise DataError(f"{ref}: unsupported format {p.suffix!r}")
-                ds = load_dataset(fmt, data_files=str(p), split="train")
+                if fmt == "csv":
+                    # CSV is text: keep '01' as '01' instead of letting type inference turn it into 1
+                    import pandas as pd
+
+                    ds = Dataset.from_pandas(pd.read_csv(p, dtype=str, keep_default_na=False), preserve_index=False)
+                else:
+                    ds = load_dataset(fmt, data_files=str(p), split="train")
     except DataError:
         raise
     except Exception as err:
@@ -85,25 +91,23 @@ def load_source(ref: str, base_dir: Path, seed: int):
 
 
 def load_rows(sources: list[str], data: DataSection, seed: int, base_dir: Path) -> list[dict[str, Any]]:
-    """Mix sources (shuffled by the seed) into plain rows; the solution column is renamed 'solution'."""
-    from datasets import concatenate_datasets
+    """Mix sources (shuffled by the seed) into plain rows; the solution column is renamed 'solution'.
 
-    parts = []
+    Rows are mixed as Python objects, not Arrow tables, so sources whose column types differ
+    (a Parquet large_string and a JSONL string, say) still mix.
+    """
+    rows: list[dict[str, Any]] = []
     for ref in sources:
         ds = load_source(ref, base_dir, seed)
         wanted = template_columns(data.prompt_template) if data.prompt_template else [data.prompt_column]
         missing = [c for c in (*wanted, data.images_column) if c and c not in ds.column_names]
         if missing:
             raise DataError(f"{ref}: column(s) {missing} missing (columns: {ds.column_names})")
-        parts.append(ds)
-    try:
-        ds = concatenate_datasets(parts) if len(parts) > 1 else parts[0]
-    except ValueError as err:
-        raise DataError(f"sources have incompatible columns: {err}") from err
-    ds = ds.shuffle(seed=seed)
+        rows.extend(ds.to_list())
+    order = np.random.default_rng(seed).permutation(len(rows))
+    rows = [rows[i] for i in order]
     if data.limit:
-        ds = ds.select(range(min(data.limit, len(ds))))
-    rows = ds.to_list()
+        rows = rows[: data.limit]
     if data.solution_column != "solution":
         for r in rows:
             if data.solution_column in r:
