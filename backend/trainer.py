@@ -30,8 +30,9 @@ import torch
 from backend import grpo
 from backend.data import PromptSampler, load_rows, render_prompt
 from backend.engines.base import PromptInput, RolloutEngine, SamplingParams
-from backend.engines.hf import left_pad, positions
+from backend.engines.hf import left_pad
 from backend.evaluate import greedy_eval
+from backend.forward import completion_logits
 from backend.model_builder import (
     build_engine,
     build_optimizer,
@@ -241,10 +242,8 @@ class GRPOTrainer:
         d = self.device
         p_ids, p_mask = ro.prompt_ids[sl].to(d), ro.prompt_mask[sl].to(d)
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
-        ids = torch.cat([p_ids, c_ids], 1)
-        mask = torch.cat([p_mask, c_mask], 1)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False).logits
-        logits = logits[:, p_ids.shape[1] - 1:-1, :].float() / self.spec.rollout.temperature
+        group = None if self.spec.model.gradient_checkpointing else self.spec.rollout.num_generations
+        logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group).float() / self.spec.rollout.temperature
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
         if want_entropy:
@@ -398,17 +397,19 @@ class GRPOTrainer:
 
         def next_rollout() -> Rollout:
             nonlocal in_flight
-            self.rollouts_done += 1
-            idx, version = self.rollouts_done, self.step
             if pool is None:
-                return self.make_rollout(idx, version)
-            ro = in_flight.result() if in_flight is not None else self.make_rollout(idx, version)
+                self.rollouts_done += 1
+                return self.make_rollout(self.rollouts_done, self.step)
+            if in_flight is None:
+                self.rollouts_done += 1
+                in_flight = pool.submit(self.make_rollout, self.rollouts_done, self.step)
+            ro = in_flight.result()
             in_flight = None
             # weights must not change under a running generation: load them now, then start the next one
             ro.timings["weight_sync_s"] = self.sync_weights()
             if self.step + a.num_iterations < a.max_steps:
-                in_flight = pool.submit(self.make_rollout, idx + 1, self.step)
                 self.rollouts_done += 1
+                in_flight = pool.submit(self.make_rollout, self.rollouts_done, self.step)
             return ro
 
         try:

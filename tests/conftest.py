@@ -1,0 +1,18 @@
+"""Test-wide settings.
+
+One torch thread per process: tests start trainer subprocesses and a studio beside pytest on a
+2-core machine, and torch's spinning worker threads slow down many-fold when oversubscribed.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the trainer processes tests start
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may come from a hub at test time
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
