@@ -71,7 +71,9 @@ def build_policy(spec: RunSpec, base_dir: Path, device: torch.device, checkpoint
             model = get_peft_model(base, cfg)
     if m.gradient_checkpointing:
         model.gradient_checkpointing_enable()
-        model.config.use_cache = False
+        if m.finetune == "lora":
+            model.enable_input_require_grads()  # frozen embeddings: checkpointed blocks still need an input grad
+
     model.train()
     return model
 

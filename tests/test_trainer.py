@@ -188,3 +188,10 @@ def test_failed_run_records_the_error(tmp_path: Path) -> None:
     assert r.returncode == 1
     st = run.read_status()
     assert st["state"] == "failed" and "cannot read" in st["error"]
+
+
+@pytest.mark.parametrize("finetune", ["full", "lora"])
+def test_gradient_checkpointing_trains(tmp_path: Path, finetune: str) -> None:
+    run, t = train(tmp_path, "algorithm.max_steps=2", "model.gradient_checkpointing=true", f"model.finetune={finetune}")
+    rows = metrics(run)
+    assert len(rows) == 2 and all(r["grad_norm"] > 0 for r in rows)
