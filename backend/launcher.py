@@ -33,7 +33,9 @@ def create_run(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> R
         runs_dir = Path(base_dir) / runs_dir
     run = new_run_dir(runs_dir, default_run_name(spec, preset))
     save_spec(spec, run.spec_path)
-    run.write_status(state="starting", step=0, total_steps=spec.algorithm.max_steps, preset=preset, error="")
+    # relative paths in the spec (model, data, plugins) resolve against base_dir, also on a later resume
+    run.write_status(state="starting", step=0, total_steps=spec.algorithm.max_steps, preset=preset, error="",
+                     base_dir=str(Path(base_dir).resolve()))
     return run
 
 

@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         resume = bool(args.resume)
         tee = not args.run_dir
+        base_dir = Path(run.read_status().get("base_dir") or base_dir)
 
     print(run.path, flush=True)
     if tee:
