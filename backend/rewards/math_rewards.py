@@ -8,40 +8,47 @@ main thread: elsewhere (a studio thread) they are switched off and the caller's 
 from __future__ import annotations
 
 import math
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from backend.rewards.registry import builtin
-from backend.rewards.text import answer_tag, completion_text, last_boxed, normalize_unicode
+from backend.rewards.text import answer_tag, completion_text, last_boxed, lengths, normalize_unicode
 
 MV_TIMEOUT_S = 5
+_PROSE = re.compile(r"[A-Za-z]{3}")
+GOLD_ANSWER_CHARS = 120  # longer solutions are worked solutions, not bare answers
 
 
 def _timeout() -> int | None:
     return MV_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
 
 
-def parse_math(text: str) -> list[Any]:
-    """Parse one answer string with math-verify; [] when nothing parses.
+def parse_math(text: str, region: bool = True) -> list[Any]:
+    r"""Parse an answer with math-verify; [] when nothing parses.
 
-    Anchored text ($…$, \\boxed, \\[…\\]) goes straight in; bare LaTeX is wrapped in \\boxed{} (math-verify
-    ignores unanchored LaTeX such as \\dfrac12); plain text is tried as an expression first, so
-    "The answer is 3" gives 3 rather than a product of letters."""
+    A region (the inside of <answer> or \boxed) that is bare LaTeX is wrapped in \boxed{} (math-verify
+    ignores unanchored LaTeX such as \dfrac12); plain text is tried as an expression first, so
+    "The answer is 3" gives 3 rather than a product of letters. A whole completion is never wrapped:
+    math-verify's own anchors ($…$, "the answer is", the last number) find the answer in prose, and
+    parsing paragraphs as LaTeX would be slow and wrong."""
     from math_verify import parse
 
     text = normalize_unicode(text).strip()
     if not text:
         return []
     t = _timeout()
-    if any(a in text for a in ("$", "\\boxed", "\\fbox", "\\(", "\\[")):
+    if not region or any(a in text for a in ("$", "\\boxed", "\\fbox", "\\(", "\\[")):
         tries = [text]
     elif "\\" in text:
         tries = [f"\\boxed{{{text}}}", text]
+    elif _PROSE.search(text):
+        tries = [text]  # as LaTeX, words would become products of letters
     else:
-        tries = [text, f"\\boxed{{{text}}}"]
+        tries = [text, f"\\boxed{{{text}}}"]  # "B", "x^2+1": math-verify reads them only as LaTeX
     for s in tries:
         try:
             got = parse(s, parsing_timeout=t)
@@ -52,22 +59,27 @@ def parse_math(text: str) -> list[Any]:
     return []
 
 
-def answer_region(completion: str) -> str:
-    """What accuracy compares: <answer>…</answer>, else the last \\boxed{…}, else the whole completion."""
+def answer_region(completion: str) -> tuple[str, bool]:
+    r"""What accuracy compares, and whether it is an extracted region: the last <answer>…</answer>,
+    else the last \boxed{…}, else the whole completion."""
     tagged = answer_tag(completion)
     if tagged is not None:
-        return tagged
+        return tagged, True
     boxed = last_boxed(completion)
-    return f"\\boxed{{{boxed}}}" if boxed is not None else completion
+    return (boxed, True) if boxed is not None else (completion, False)
 
 
 def gold_of(solution: Any) -> list[Any]:
-    """Parsed reference answer; [] when it cannot be parsed. Numbers are accepted as they are."""
+    """Parsed reference answer; [] when it cannot be parsed. Numbers are accepted as they are. A short
+    one-line solution is an answer ("80\\sqrt{34}"); a longer text is a worked solution whose answer
+    math-verify finds itself (its \\boxed{}, or its last expression)."""
     if solution is None:
         return []
     text = completion_text(solution) if not isinstance(solution, (int, float)) else repr(solution)
     tagged = answer_tag(text)
-    return parse_math(tagged if tagged is not None else text)
+    if tagged is not None:
+        return parse_math(tagged)
+    return parse_math(text, region="\n" not in text.strip() and len(text) <= GOLD_ANSWER_CHARS)
 
 
 def correctness(completions: Sequence[Any], solutions: Sequence[Any]) -> list[bool | None]:
@@ -78,7 +90,7 @@ def correctness(completions: Sequence[Any], solutions: Sequence[Any]) -> list[bo
     golds: dict[str, list[Any]] = {}
     out: list[bool | None] = []
     t = _timeout()
-    for c, s in zip(completions, solutions):
+    for c, s in zip(completions, solutions, strict=True):
         key = repr(s)
         if key not in golds:
             golds[key] = gold_of(s)
@@ -86,7 +98,7 @@ def correctness(completions: Sequence[Any], solutions: Sequence[Any]) -> list[bo
         if not gold:
             out.append(None)
             continue
-        pred = parse_math(answer_region(completion_text(c)))
+        pred = parse_math(*answer_region(completion_text(c)))
         try:
             out.append(bool(pred) and bool(verify(gold, pred, timeout_seconds=t)))
         except Exception:
@@ -98,20 +110,14 @@ def _solutions(solution: list[Any] | None, n: int) -> list[Any]:
     return list(solution) if solution is not None else [None] * n
 
 
-def _lengths(completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None) -> list[int]:
-    # Tokens when the caller passes completion_ids (TRL does; the trainer may), else characters.
-    if completion_ids is not None:
-        return [len(ids) for ids in completion_ids]
-    return [len(completion_text(c)) for c in completions]
-
-
-@builtin("accuracy")
+@builtin("accuracy", isolate=True)
 def accuracy(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
              **_: Any) -> list[float | None]:
     """1 if math-verify finds the answer equal to the `solution` column, else 0.
     answer = <answer>…</answer> if present, else the last \\boxed{…}, else the whole completion;
     None where the gold answer cannot be parsed (excluded from the mean, not counted as 0)."""
-    return [None if ok is None else float(ok) for ok in correctness(completions, _solutions(solution, len(completions)))]
+    ok = correctness(completions, _solutions(solution, len(completions)))
+    return [None if x is None else float(x) for x in ok]
 
 
 class CosineParams(BaseModel):
@@ -123,7 +129,7 @@ class CosineParams(BaseModel):
     max_len: int = Field(1000, ge=1, description="Length at which the cosine reaches its end (tokens or characters).")
 
 
-@builtin("cosine", CosineParams)
+@builtin("cosine", CosineParams, isolate=True)
 def cosine(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
            completion_ids: list[list[int]] | None = None, *, min_value_wrong: float = -1.0,
            max_value_wrong: float = -0.5, min_value_correct: float = 0.5, max_value_correct: float = 1.0,
@@ -135,7 +141,7 @@ def cosine(completions: list[Any], prompts: list[Any] | None = None, solution: l
     L = len(completion_ids) when given, else characters. None where the gold cannot be parsed."""
     ok = correctness(completions, _solutions(solution, len(completions)))
     out: list[float | None] = []
-    for good, length in zip(ok, _lengths(completions, completion_ids)):
+    for good, length in zip(ok, lengths(completions, completion_ids), strict=True):
         if good is None:
             out.append(None)
             continue
@@ -144,7 +150,7 @@ def cosine(completions: list[Any], prompts: list[Any] | None = None, solution: l
     return out
 
 
-@builtin("length")
+@builtin("length", isolate=True)
 def length(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
            completion_ids: list[list[int]] | None = None, **_: Any) -> list[float | None]:
     """Length penalty within each prompt's group (Kimi k1.5): lam = 0.5 - (L - L_min) / (L_max - L_min),
@@ -153,51 +159,17 @@ def length(completions: list[Any], prompts: list[Any] | None = None, solution: l
     None where the gold cannot be parsed."""
     n = len(completions)
     ok = correctness(completions, _solutions(solution, n))
-    lengths = _lengths(completions, completion_ids)
+    sizes = lengths(completions, completion_ids)
     keys = [repr(p) for p in prompts] if prompts is not None else [""] * n
     groups: dict[str, list[int]] = {}
     for i, k in enumerate(keys):
         groups.setdefault(k, []).append(i)
     out: list[float | None] = [None] * n
     for idx in groups.values():
-        lo, hi = min(lengths[i] for i in idx), max(lengths[i] for i in idx)
+        lo, hi = min(sizes[i] for i in idx), max(sizes[i] for i in idx)
         for i in idx:
             if ok[i] is None:
                 continue
-            lam = 0.0 if hi == lo else 0.5 - (lengths[i] - lo) / (hi - lo)
+            lam = 0.0 if hi == lo else 0.5 - (sizes[i] - lo) / (hi - lo)
             out[i] = lam if ok[i] else min(0.0, lam)
-    return out
-
-
-class SoftOverlongParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    max_completion_len: int = Field(ge=1, description="L_max: the generation limit (tokens, or characters "
-                                                      "when completion_ids are not passed).")
-    cache_len: int = Field(ge=0, description="Soft zone before L_max where the penalty ramps from 0 to -1.")
-
-    @field_validator("cache_len")
-    @classmethod
-    def _below_max(cls, v: int, info: Any) -> int:
-        top = info.data.get("max_completion_len")
-        if top is not None and v >= top:
-            raise ValueError(f"must be smaller than max_completion_len ({top})")
-        return v
-
-
-@builtin("soft_overlong", SoftOverlongParams)
-def soft_overlong(completions: list[Any], prompts: list[Any] | None = None,
-                  completion_ids: list[list[int]] | None = None, *, max_completion_len: int = 1, cache_len: int = 0,
-                  **_: Any) -> list[float | None]:
-    """DAPO soft overlong punishment: with L_max = max_completion_len, c = cache_len,
-    r = 0 if L <= L_max - c; (L_max - c - L) / c if L_max - c < L <= L_max; -1 if L > L_max.
-    L = len(completion_ids) when given (tokens, as in DAPO), else characters."""
-    start = max_completion_len - cache_len
-    out: list[float | None] = []
-    for L in _lengths(completions, completion_ids):
-        if L <= start:
-            out.append(0.0)
-        elif L <= max_completion_len:
-            out.append((start - L) / cache_len)
-        else:
-            out.append(-1.0)
     return out

@@ -3,12 +3,23 @@
 A reward function has the TRL signature `fn(completions, prompts, **columns) -> list[float | None]`;
 dataset columns arrive by name (the solution column as `solution`). None means "cannot score this
 sample" and is excluded from that function's mean instead of counting as 0.
+
+Parameters of a built-in are a pydantic model, validated by `check_spec` before launch and passed to
+the function as keyword arguments. A stateful built-in (a reward model that loads weights once) is
+registered with `stateful=True`: the decorated callable is then a factory
+`make(params, device=..., base_dir=...) -> reward function`.
+
+`isolate=True` marks a built-in that runs in the reward worker rather than in the trainer: those that
+call sympy through math-verify, which can take seconds or loop on adversarial input, and would hold
+the GIL in the trainer's rollout thread. Cheap string rewards stay in the trainer (see scorer.py).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -26,6 +37,8 @@ class BuiltinReward:
     fn: RewardFn
     params_model: type[BaseModel]
     doc: str
+    stateful: bool = False
+    isolate: bool = False
 
     def check_params(self, params: dict[str, Any]) -> str | None:
         try:
@@ -35,21 +48,32 @@ class BuiltinReward:
         return None
 
     def bind(self, params: dict[str, Any]) -> RewardFn:
+        """A plain reward function with the params filled in (stateless built-ins)."""
+        if self.stateful:
+            raise TypeError(f"reward {self.name!r} loads state: use make(params, device, base_dir)")
         p = self.params_model.model_validate(params).model_dump()
 
-        def scored(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
-            return self.fn(completions, prompts, **columns, **p)
+        def scored(completions: list[Any], prompts: list[Any] | None = None, **columns: Any) -> list[float | None]:
+            return self.fn(completions, prompts, **{**columns, **p})
 
         scored.__name__ = self.name
         return scored
+
+    def make(self, params: dict[str, Any], device: str = "cpu", base_dir: Path = Path(".")) -> RewardFn:
+        """A ready reward function: `bind` for plain built-ins, the factory's product for stateful ones."""
+        if not self.stateful:
+            return self.bind(params)
+        return self.fn(self.params_model.model_validate(params), device=device, base_dir=Path(base_dir))
 
 
 BUILTIN_REWARDS: dict[str, BuiltinReward] = {}
 
 
-def builtin(name: str, params_model: type[BaseModel] = NoParams) -> Callable[[RewardFn], RewardFn]:
+def builtin(name: str, params_model: type[BaseModel] = NoParams, stateful: bool = False,
+            isolate: bool = False) -> Callable[[RewardFn], RewardFn]:
     def register(fn: RewardFn) -> RewardFn:
-        BUILTIN_REWARDS[name] = BuiltinReward(name, fn, params_model, (fn.__doc__ or "").strip())
+        doc = inspect.cleandoc(fn.__doc__ or "")
+        BUILTIN_REWARDS[name] = BuiltinReward(name, fn, params_model, doc, stateful, isolate)
         return fn
 
     return register

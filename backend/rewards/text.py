@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from typing import Any
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -63,3 +64,11 @@ def snippet(text: Any, width: int = 80) -> str:
     """A short repr of a completion for error messages."""
     s = completion_text(text)
     return repr(s if len(s) <= width else s[: width - 3] + "...")
+
+
+def lengths(completions: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None = None) -> list[int]:
+    """Completion lengths: tokens when completion_ids are passed (TRL passes them; so may our trainer),
+    else characters of the text."""
+    if completion_ids is not None:
+        return [len(ids) for ids in completion_ids]
+    return [len(completion_text(c)) for c in completions]
