@@ -455,7 +455,11 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
             issues.append(SpecIssue("rewards.plugins", f"{plugin} line {err.lineno}: {err.msg}"))
     if not spec.rewards.functions:
         issues.append(SpecIssue("rewards.functions", "at least one reward function is needed"))
+    seen: set[str] = set()
     for fn in spec.rewards.functions:
+        if fn.name in seen:  # metrics and error counters are keyed by name
+            issues.append(SpecIssue("rewards.functions", f"{fn.name!r} is listed twice; give it one entry and one weight"))
+        seen.add(fn.name)
         if fn.name not in names:
             issues.append(SpecIssue("rewards.functions", f"unknown reward {fn.name!r} "
                                                          f"(built-ins: {', '.join(sorted(BUILTIN_REWARDS))})"))
@@ -463,6 +467,11 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
             err = BUILTIN_REWARDS[fn.name].check_params(fn.params)
             if err:
                 issues.append(SpecIssue("rewards.functions", f"{fn.name}: {err}"))
+            path = fn.params.get("path")
+            if fn.name == "reward_model" and isinstance(path, str) and not is_hub_id(path):
+                rp = Path(path) if Path(path).is_absolute() else base / path
+                if not rp.is_dir():
+                    issues.append(SpecIssue("rewards.functions", f"reward_model: no such model directory: {path}"))
 
     # placement
     res = spec.resources

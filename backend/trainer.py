@@ -149,7 +149,8 @@ class GRPOTrainer:
         groups = self.engine.generate([PromptInput(ids) for _, ids in prompts], self._sampling(index * 101 + salt, G))
         t1 = time.time()
         matrix = self.scorer.score([p for p, _ in prompts for _ in range(G)], [c.text for g in groups for c in g],
-                                   [self.rows[i] for i in row_ids for _ in range(G)])
+                                   [self.rows[i] for i in row_ids for _ in range(G)],
+                                   completion_ids=[c.token_ids for g in groups for c in g])
         timings["rollout_s"] = timings.get("rollout_s", 0.0) + t1 - t0
         timings["reward_s"] = timings.get("reward_s", 0.0) + time.time() - t1
         return [((i, prompts[k], g), matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]

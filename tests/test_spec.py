@@ -115,3 +115,12 @@ def test_cli_bad_config_exits_nonzero_in_a_subprocess(tmp_path: Path) -> None:
     assert "rollout.num_generations" in p.stderr
     assert p.stdout == ""
     assert not runs.exists()
+
+
+def test_duplicate_reward_and_missing_reward_model_are_rejected() -> None:
+    spec = load_spec(ROOT / "presets/tiny-cpu.yaml", [
+        "rewards.functions=[{name: exact_match}, {name: exact_match, weight: 2}, "
+        "{name: reward_model, params: {path: assets/no-such-rm}}]"])
+    messages = [str(i) for i in check_spec(spec, ROOT)]
+    assert any("listed twice" in m for m in messages)
+    assert any("reward_model: no such model directory" in m for m in messages)
