@@ -57,7 +57,7 @@ def load_source(ref: str, base_dir: Path, seed: int):
 
     path_str, count = split_source(ref)
     try:
-        if is_hub_id(path_str):
+        if is_hub_id(path_str, base_dir):
             ds = load_dataset(path_str, split="train")
         else:
             p = Path(path_str) if Path(path_str).is_absolute() else base_dir / path_str

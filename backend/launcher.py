@@ -15,8 +15,9 @@ from pathlib import Path
 
 import psutil
 
+from backend.preflight import check_runnable
 from backend.rundir import ACTIVE_STATES, RunDir, new_run_dir, process_alive
-from backend.spec import RunSpec, save_spec, validate_or_raise
+from backend.spec import RunSpec, SpecError, save_spec, validate_or_raise
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +29,9 @@ def default_run_name(spec: RunSpec, preset: str = "") -> str:
 def create_run(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> RunDir:
     """Validate, then create the run directory with spec.yaml and a 'starting' status."""
     validate_or_raise(spec, base_dir)
+    issues = check_runnable(spec)
+    if issues:
+        raise SpecError(issues)
     runs_dir = Path(spec.output.runs_dir)
     if not runs_dir.is_absolute():
         runs_dir = Path(base_dir) / runs_dir

@@ -19,17 +19,14 @@ def resolve_device(spec: RunSpec) -> torch.device:
     if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise RuntimeError("resources.device is 'cuda' but no CUDA GPU is visible; use device cpu or auto")
-        gpus = spec.resources.train_gpus
-        if len(gpus) > 1 or spec.resources.deepspeed_stage:
-            raise RuntimeError("multi-GPU training (several train_gpus or DeepSpeed) needs torchrun/DeepSpeed, "
-                               "which this version does not launch yet; use one training GPU")
+        gpus = spec.resources.train_gpus  # one at most: backend.preflight rejects more before launch
         return torch.device(f"cuda:{gpus[0]}" if gpus else "cuda")
     return torch.device("cpu")
 
 
 def model_ref(spec: RunSpec, base_dir: Path) -> str:
     ref = spec.model.name_or_path
-    if is_hub_id(ref) or Path(ref).is_absolute():
+    if is_hub_id(ref, base_dir) or Path(ref).is_absolute():
         return ref
     return str(base_dir / ref)
 
@@ -42,9 +39,16 @@ def load_tokenizer(spec: RunSpec, base_dir: Path):
     return tok
 
 
-def load_base(spec: RunSpec, base_dir: Path, device: torch.device, weights: str | None = None) -> PreTrainedModel:
+def compute_dtype(spec: RunSpec) -> torch.dtype | None:
+    """Full fine-tuning in bf16 keeps fp32 master weights (bf16 weights would swallow small Adam updates)
+    and computes under bf16 autocast; this is that autocast dtype, or None for plain compute."""
+    return torch.bfloat16 if spec.model.finetune == "full" and spec.model.dtype == "bfloat16" else None
+
+
+def load_base(spec: RunSpec, base_dir: Path, device: torch.device, weights: str | None = None,
+              dtype: torch.dtype | str | None = None) -> PreTrainedModel:
     model = AutoModelForCausalLM.from_pretrained(
-        weights or model_ref(spec, base_dir), dtype=DTYPES[spec.model.dtype],
+        weights or model_ref(spec, base_dir), dtype=dtype or DTYPES[spec.model.dtype],
         trust_remote_code=spec.model.trust_remote_code,
     )
     return model.to(device)
@@ -57,7 +61,8 @@ def build_policy(spec: RunSpec, base_dir: Path, device: torch.device, checkpoint
     """
     m = spec.model
     if m.finetune == "full":
-        model = load_base(spec, base_dir, device, str(checkpoint / "model") if checkpoint else None)
+        master = torch.float32 if compute_dtype(spec) is not None else None
+        model = load_base(spec, base_dir, device, str(checkpoint / "model") if checkpoint else None, dtype=master)
     else:
         from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -103,7 +108,7 @@ def build_scheduler(spec: RunSpec, optimizer: torch.optim.Optimizer):
     return get_scheduler(name, optimizer, num_warmup_steps=a.warmup_steps, num_training_steps=a.max_steps)
 
 
-def build_engine(spec: RunSpec, policy, tokenizer) -> RolloutEngine:
+def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype | None = None) -> RolloutEngine:
     """The rollout engine. Sync hf shares the policy's weights (no sync needed); async hf samples
     with its own copy, refreshed after each update, so generation overlaps training."""
     r = spec.rollout
@@ -113,6 +118,6 @@ def build_engine(spec: RunSpec, policy, tokenizer) -> RolloutEngine:
         model = copy.deepcopy(policy).eval() if r.async_generation else policy
         if r.async_generation:
             model.requires_grad_(False)
-        return HFEngine(model, tokenizer)
+        return HFEngine(model, tokenizer, autocast_dtype=autocast_dtype)
     raise RuntimeError(f"rollout.engine {r.engine!r} is not available in this version yet; use engine 'hf' "
                        "(the vLLM and LMDeploy engines plug into backend/engines/ behind the same interface)")

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import secrets
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,7 +31,8 @@ FINAL_STATES = ("stopped", "finished", "failed")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # unique per writer (process and thread), so concurrent writers never rename each other's file away
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 
@@ -114,7 +116,9 @@ class RunDir:
 
     def truncate_after_step(self, step: int) -> None:
         """Drop metric and sample rows past `step` (used on resume: those steps are redone)."""
-        for path in (self.metrics_path, self.samples_path):
+        for path in (self.metrics_path, self.samples_path, self.eval_dir / "during_training.jsonl"):
+            if not path.exists():
+                continue
             rows, _ = read_jsonl(path)
             kept = [r for r in rows if r.get("step", 0) <= step]
             atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))

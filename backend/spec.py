@@ -333,6 +333,8 @@ def get_field(spec: RunSpec, path: str) -> Any:
 
 # ----------------------------------------------------------------------------- cross-field checks
 
+# built-in rewards that compare with the solution column
+SOLUTION_REWARDS = {"exact_match", "digit_match", "accuracy", "counting", "cosine"}
 SUPPORTED_DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -354,11 +356,13 @@ def template_columns(template: str) -> list[str]:
     return [name for _, name, _, _ in string.Formatter().parse(template) if name]
 
 
-def is_hub_id(ref: str) -> bool:
-    """A hub id looks like org/name and names nothing on disk; 'assets/missing' is a missing local path."""
-    if Path(ref).expanduser().exists() or not _HUB_ID.match(ref):
+def is_hub_id(ref: str, base_dir: str | Path = ".") -> bool:
+    """A hub id looks like org/name and names nothing on disk under base_dir; 'assets/missing' is a
+    missing local path (its first component exists), not a hub id."""
+    base = Path(base_dir)
+    if Path(ref).expanduser().is_absolute() or (base / ref).exists() or not _HUB_ID.match(ref):
         return False
-    return not Path(ref.split("/")[0]).exists()
+    return not (base / ref.split("/")[0]).exists()
 
 
 def plugin_function_names(path: str | Path) -> set[str]:
@@ -389,6 +393,11 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
             f"{spec.completions_per_step} completions must split evenly into {a.gradient_accumulation_steps} micro-batches"))
     if a.epsilon_high and a.epsilon_high < a.epsilon:
         issues.append(SpecIssue("algorithm.epsilon_high", f"must be 0 (same as epsilon) or >= epsilon ({a.epsilon})"))
+    if spec.output.eval_steps and not spec.data.eval_sources:
+        issues.append(SpecIssue("output.eval_steps", "evaluation every N steps needs data.eval_sources"))
+    if spec.model.finetune == "full" and spec.model.dtype == "float16":
+        issues.append(SpecIssue("model.dtype", "full fine-tuning in float16 underflows without loss scaling; "
+                                               "use bfloat16 (fp32 master weights) or float32"))
     if a.warmup_steps > a.max_steps:
         issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
 
@@ -396,7 +405,7 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
     m = spec.model.name_or_path.strip()
     if not m:
         issues.append(SpecIssue("model.name_or_path", "is empty"))
-    elif not is_hub_id(m):
+    elif not is_hub_id(m, base):
         mp = (base / m).expanduser() if not Path(m).is_absolute() else Path(m)
         if not mp.exists():
             issues.append(SpecIssue("model.name_or_path", f"no such model directory: {m}"))
@@ -412,9 +421,14 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
     if spec.data.prompt_template:
         try:
             needed = set(template_columns(spec.data.prompt_template))
+            if any(not c.isidentifier() for c in needed) or "{}" in spec.data.prompt_template:
+                issues.append(SpecIssue("data.prompt_template", "name the columns, e.g. '{question}', not '{}' or '{0}'"))
+                needed = {c for c in needed if c.isidentifier()}
         except ValueError as err:
             issues.append(SpecIssue("data.prompt_template", f"malformed template: {err}"))
             needed = set()
+    if any(f.name in SOLUTION_REWARDS for f in spec.rewards.functions):
+        needed.add(spec.data.solution_column)  # a missing solution would score every completion None: no signal
     if spec.data.images_column:
         needed.add(spec.data.images_column)
     for field, sources in (("data.sources", spec.data.sources), ("data.eval_sources", spec.data.eval_sources)):
@@ -424,7 +438,7 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
             except ValueError as err:
                 issues.append(SpecIssue(field, f"{src}: {err}"))
                 continue
-            if is_hub_id(path):
+            if is_hub_id(path, base):
                 continue  # hub datasets are checked when loaded
             p = base / path if not Path(path).is_absolute() else Path(path)
             if not p.exists():
@@ -436,7 +450,8 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
                 continue
             cols = _source_columns(p)
             if cols is not None:
-                col_field = {spec.data.prompt_column: "data.prompt_column", spec.data.images_column: "data.images_column"}
+                col_field = {spec.data.prompt_column: "data.prompt_column", spec.data.images_column: "data.images_column",
+                             spec.data.solution_column: "data.solution_column"}
                 col_field.update({c: "data.prompt_template" for c in needed if c not in col_field})
                 for c in sorted(needed - cols):
                     issues.append(SpecIssue(col_field.get(c, field),
@@ -468,7 +483,7 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
             if err:
                 issues.append(SpecIssue("rewards.functions", f"{fn.name}: {err}"))
             path = fn.params.get("path")
-            if fn.name == "reward_model" and isinstance(path, str) and not is_hub_id(path):
+            if fn.name == "reward_model" and isinstance(path, str) and not is_hub_id(path, base):
                 rp = Path(path) if Path(path).is_absolute() else base / path
                 if not rp.is_dir():
                     issues.append(SpecIssue("rewards.functions", f"reward_model: no such model directory: {path}"))

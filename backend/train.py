@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from backend.rundir import RunDir
+from backend.rundir import ACTIVE_STATES, RunDir, process_alive
 from backend.spec import SpecError, iter_fields, load_spec
 
 
@@ -99,9 +99,16 @@ def main(argv: list[str] | None = None) -> int:
             print(err, file=sys.stderr)
             return 2
         resume = bool(args.resume)
+        st = run.read_status()
+        if resume and st.get("state") in ACTIVE_STATES and process_alive(st.get("pid"), st.get("pid_create_time")):
+            print(f"{run.path} is still {st['state']} (pid {st['pid']}); stop it before resuming", file=sys.stderr)
+            return 2
         tee = not args.run_dir
         base_dir = Path(run.read_status().get("base_dir") or base_dir)
 
+    from backend import signals
+
+    signals.install()  # before the heavy imports below: an early SIGTERM still ends in 'stopped'
     print(run.path, flush=True)
     if tee:
         log = run.log_path.open("a")
@@ -111,9 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     import psutil
 
     run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
-    from backend.trainer import GRPOTrainer, error_summary, install_signal_handlers
+    from backend.trainer import GRPOTrainer, error_summary
 
-    install_signal_handlers(run)
     try:
         trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
         trainer.train()

@@ -12,10 +12,9 @@ logprobs corrects for that one step of staleness. Everything a watcher needs goe
 from __future__ import annotations
 
 import math
+import os
 import random
 import shutil
-import signal
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -30,20 +29,22 @@ import torch
 from backend import grpo
 from backend.data import PromptSampler, load_rows, render_prompt
 from backend.engines.base import PromptInput, RolloutEngine, SamplingParams
-from backend.engines.hf import left_pad
+from backend.engines.hf import HFEngine, left_pad
 from backend.evaluate import greedy_eval
-from backend.forward import completion_logits
+from backend.forward import autocast, completion_logits
 from backend.model_builder import (
     build_engine,
     build_optimizer,
     build_policy,
     build_reference,
     build_scheduler,
+    compute_dtype,
     load_tokenizer,
     resolve_device,
 )
 from backend.rewards.scorer import RewardScorer
 from backend.rundir import RunDir
+from backend.signals import STOP
 from backend.sinks import make_sinks
 from backend.spec import RunSpec
 from backend.telemetry import Telemetry
@@ -73,20 +74,6 @@ class StopRequested(Exception):
     pass
 
 
-# Set by SIGTERM/SIGINT (installed before the model loads, so an early stop is not lost); checked after each step.
-STOP = threading.Event()
-
-
-def install_signal_handlers(run: RunDir) -> None:
-    def request_stop(signum: int, _frame: Any) -> None:
-        STOP.set()
-        run.write_status(state="stopping")
-        print(f"received signal {signum}: stopping after this step", flush=True)
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-
-
 class GRPOTrainer:
     def __init__(self, spec: RunSpec, run: RunDir, base_dir: Path, resume: bool = False):
         self.spec, self.run, self.base_dir = spec, run, base_dir
@@ -102,12 +89,14 @@ class GRPOTrainer:
         self.reference = build_reference(spec, base_dir, self.device, self.policy)
         self.optimizer = build_optimizer(spec, self.policy)
         self.scheduler = build_scheduler(spec, self.optimizer)
-        self.engine: RolloutEngine = build_engine(spec, self.policy, self.tokenizer)
+        self.autocast_dtype = compute_dtype(spec)  # bf16 compute over fp32 master weights, or None
+        self.engine: RolloutEngine = build_engine(spec, self.policy, self.tokenizer, self.autocast_dtype)
         self.scorer = RewardScorer(spec.rewards, base_dir=base_dir, device=str(self.device))
         self.weights = torch.tensor(self.scorer.weights)
 
         self.rows = load_rows(spec.data.sources, spec.data, a.seed, base_dir)
-        self.eval_rows = load_rows(spec.data.eval_sources, spec.data, a.seed, base_dir) if spec.data.eval_sources else []
+        eval_data = spec.data.model_copy(update={"limit": 0})  # data.limit is about training rows
+        self.eval_rows = load_rows(spec.data.eval_sources, eval_data, a.seed, base_dir) if spec.data.eval_sources else []
         self._prompt_cache: dict[tuple[str, int], tuple[str, list[int]]] = {}
         self.sampler = PromptSampler(len(self.rows), a.seed)
         self.step = 0
@@ -119,6 +108,7 @@ class GRPOTrainer:
         self.sinks = make_sinks(spec.output.report_to, run.path, spec.model_dump(mode="json"))
         self.started = time.time()
         self.elapsed_before = 0.0
+        self.resumed_in_flight = None  # async: the rollout that was being sampled when the checkpoint was taken
         if ckpt is not None:
             self._load_state(ckpt)
         run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
@@ -244,7 +234,9 @@ class GRPOTrainer:
         p_ids, p_mask = ro.prompt_ids[sl].to(d), ro.prompt_mask[sl].to(d)
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
         group = None if self.spec.model.gradient_checkpointing else self.spec.rollout.num_generations
-        logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group).float() / self.spec.rollout.temperature
+        with autocast(d, self.autocast_dtype):
+            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group)
+        logits = logits.float() / self.spec.rollout.temperature
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
         if want_entropy:
@@ -258,7 +250,9 @@ class GRPOTrainer:
         a, r = self.spec.algorithm, self.spec.rollout
         B = ro.completion_ids.shape[0]
         mb = B // a.gradient_accumulation_steps
-        if r.async_generation and ro.sampling_logps is not None:
+        if r.async_generation:
+            if ro.sampling_logps is None:
+                raise RuntimeError(f"async generation needs per-token logprobs from the {r.engine} engine")
             ro.old_logps = ro.sampling_logps  # the engine's weights were the sampling policy
         elif a.num_iterations > 1 or r.async_generation:
             self.policy.eval()
@@ -319,14 +313,21 @@ class GRPOTrainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
+        """Greedy eval of the current policy (an async engine holds the previous version and is busy)."""
         prompts = [self._prompt(i, self.eval_rows, "eval") for i in range(len(self.eval_rows))]
-        return greedy_eval(self.engine, self.tokenizer, self.eval_rows, self.spec.data, self.scorer,
+        engine = self.engine if getattr(self.engine, "model", None) is self.policy else \
+            HFEngine(self.policy, self.tokenizer, autocast_dtype=self.autocast_dtype)
+        return greedy_eval(engine, self.tokenizer, self.eval_rows, self.spec.data, self.scorer,
                            self.spec.rollout.max_completion_length, prompts)
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, in_flight: Rollout | None = None) -> Path:
+        """Write checkpoints/step-N atomically (a temp dir renamed into place); an existing complete
+        checkpoint of this step is kept as it is."""
         ckpt = self.run.checkpoints_dir / f"step-{self.step}"
-        if ckpt.exists():
-            shutil.rmtree(ckpt)
+        if (ckpt / "COMPLETE").exists():
+            return ckpt
+        final, ckpt = ckpt, self.run.checkpoints_dir / f".step-{self.step}.tmp"
+        shutil.rmtree(ckpt, ignore_errors=True)
         ckpt.mkdir(parents=True)
         self.policy.save_pretrained(ckpt / "model", safe_serialization=True)
         self.tokenizer.save_pretrained(ckpt / "model")
@@ -334,10 +335,15 @@ class GRPOTrainer:
             "step": self.step, "rollouts_done": self.rollouts_done, "sampler": self.sampler.state_dict(),
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
-            "pending": self.pending, "elapsed_s": self.elapsed(),
+            "pending": self.pending, "in_flight": in_flight, "elapsed_s": self.elapsed(),
         }
+        if torch.cuda.is_available():
+            state["rng"]["cuda"] = torch.cuda.get_rng_state_all()
         torch.save(state, ckpt / "trainer_state.pt")
-        (ckpt / "COMPLETE").write_text(str(self.step))  # written last: a half-written checkpoint is ignored
+        (ckpt / "COMPLETE").write_text(str(self.step))
+        shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed save
+        os.replace(ckpt, final)
+        ckpt = final
         limit = self.spec.output.save_total_limit
         if limit:
             for old in self.run.checkpoints()[:-limit]:
@@ -353,7 +359,10 @@ class GRPOTrainer:
         random.setstate(state["rng"]["python"])
         np.random.set_state(state["rng"]["numpy"])
         torch.set_rng_state(state["rng"]["torch"])
+        if "cuda" in state["rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         self.pending = state["pending"]
+        self.resumed_in_flight: Rollout | None = state.get("in_flight")
         self.elapsed_before = state.get("elapsed_s", 0.0)
         if getattr(self.engine, "model", None) is not self.policy:
             self.sync_weights()
@@ -394,7 +403,14 @@ class GRPOTrainer:
               f"{self.spec.completions_per_step} completions per step", flush=True)
         pool = ThreadPoolExecutor(max_workers=1) if self.spec.rollout.async_generation else None
         in_flight: Future[Rollout] | None = None
+        if pool is not None and self.resumed_in_flight is not None:
+            in_flight = Future()
+            in_flight.set_result(self.resumed_in_flight)
         recent: list[float] = []
+
+        def checkpoint() -> None:
+            # async: the batch being sampled belongs to the checkpoint (the sampler already moved past it)
+            self.save_checkpoint(in_flight.result() if in_flight is not None else None)
 
         def next_rollout() -> Rollout:
             nonlocal in_flight
@@ -444,32 +460,34 @@ class GRPOTrainer:
                     row = self._log_step(ro, it, train, timing)
                     recent = (recent + [timing["timing/step_s"]])[-20:]
                     eta = (a.max_steps - self.step) * sum(recent) / len(recent)
-                    self.run.write_status(step=self.step, reward=row["reward"], step_s=timing["timing/step_s"],
-                                          eta_s=eta, elapsed_s=self.elapsed())
+                    self.run.write_status(state="stopping" if STOP.is_set() else "running", step=self.step,
+                                          reward=row["reward"], step_s=timing["timing/step_s"], eta_s=eta,
+                                          elapsed_s=self.elapsed())
                     print(f"step {self.step}/{a.max_steps} reward {row['reward']:.3f} loss {row['loss']:.4f} "
                           f"len {row['completions/mean_length']:.1f} {timing['timing/step_s']:.2f}s", flush=True)
                     if out.save_steps and self.step % out.save_steps == 0 and self.step < a.max_steps:
-                        self.save_checkpoint()
+                        checkpoint()
                     if self.on_step is not None:
                         self.on_step(self, row)
                     if STOP.is_set() or self.step == self.stop_at_step:
                         raise StopRequested
                     t_step = time.time()
-            self.save_checkpoint()
-            self.run.write_status(state="finished", step=self.step, eta_s=0.0)
+            checkpoint()
+            final = "finished"
             print(f"finished {self.step} steps in {self.elapsed():.1f}s", flush=True)
-            return "finished"
         except StopRequested:
-            self.save_checkpoint()
-            self.run.write_status(state="stopped", step=self.step)
+            checkpoint()
+            final = "stopped"
             print(f"stopped at step {self.step} (checkpoint saved)", flush=True)
-            return "stopped"
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
             for sink in self.sinks:
                 sink.close()
             self.scorer.close()
+        # written last, once nothing of this process is still working (a resume may start right after)
+        self.run.write_status(state=final, step=self.step, eta_s=0.0, elapsed_s=self.elapsed())
+        return final
 
 
 def _seed_everything(seed: int) -> None:

@@ -124,3 +124,18 @@ def test_duplicate_reward_and_missing_reward_model_are_rejected() -> None:
     messages = [str(i) for i in check_spec(spec, ROOT)]
     assert any("listed twice" in m for m in messages)
     assert any("reward_model: no such model directory" in m for m in messages)
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    (["rollout.engine=vllm"], "rollout.engine"),
+    (["resources.device=cuda"], "resources.device"),
+    (["resources.deepspeed_stage=2", "resources.device=auto"], "resources.deepspeed_stage"),
+])
+def test_launch_refuses_what_this_machine_cannot_run(overrides, field, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    runs = tmp_path / "runs"
+    code = train_main(["--config", "presets/tiny-cpu.yaml", "--set", f"output.runs_dir={runs}",
+                       *sum((["--set", o] for o in overrides), [])])
+    assert code == 2
+    assert field in capsys.readouterr().err
+    assert not runs.exists() or not any(runs.iterdir())

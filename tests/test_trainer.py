@@ -86,7 +86,8 @@ def _final_weights(run: RunDir) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("extra", [
     ["algorithm.num_iterations=2", "algorithm.beta=0.04", "algorithm.lr_scheduler=cosine", "algorithm.warmup_steps=2"],
     ["model.finetune=lora", "model.lora_rank=4", "algorithm.beta=0.04", "algorithm.learning_rate=1e-3"],
-], ids=["full-mu2-kl-cosine", "lora-kl"])
+    ["rollout.async_generation=true"],
+], ids=["full-mu2-kl-cosine", "lora-kl", "async"])
 def test_exact_resume_matches_a_straight_run(tmp_path: Path, extra: list[str]) -> None:
     straight, _ = train(tmp_path / "a", "algorithm.max_steps=7", *extra)
     # stop after step 3: with mu=2 that is mid-rollout, so the pending batch must come back too
@@ -195,3 +196,14 @@ def test_gradient_checkpointing_trains(tmp_path: Path, finetune: str) -> None:
     run, t = train(tmp_path, "algorithm.max_steps=2", "model.gradient_checkpointing=true", f"model.finetune={finetune}")
     rows = metrics(run)
     assert len(rows) == 2 and all(r["grad_norm"] > 0 for r in rows)
+
+
+def test_bf16_full_finetune_keeps_fp32_master_weights(tmp_path: Path) -> None:
+    import safetensors.torch
+
+    run, t = train(tmp_path, "algorithm.max_steps=2", "model.dtype=bfloat16", "algorithm.learning_rate=1e-6")
+    assert all(p.dtype == torch.float32 for p in t.policy.parameters())
+    base = safetensors.torch.load_file(ROOT / "assets/tiny-add/model.safetensors")
+    name = "model.layers.0.mlp.up_proj.weight"
+    changed = (t.policy.state_dict()[name] != base[name]).float().mean().item()
+    assert changed > 0.9  # a 1e-6 Adam step moves (almost) every fp32 weight; bf16 weights would mostly not move

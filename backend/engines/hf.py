@@ -9,6 +9,7 @@ policy's per-token logprobs at no extra cost and has less per-token overhead on 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -48,8 +49,10 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 class HFEngine:
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 0):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 0,
+                 autocast_dtype: torch.dtype | None = None):
         self.model = model
+        self.autocast_dtype = autocast_dtype
         self.tok = tokenizer
         self.max_batch = max_batch  # sequences decoded together; 0 = all at once
         self.eos_ids = set(_eos_ids(model, tokenizer))
@@ -61,11 +64,19 @@ class HFEngine:
             return self._generate(prompts, sampling)
         per_chunk = max(1, self.max_batch // sampling.n)
         out: list[list[Completion]] = []
-        for i in range(0, len(prompts), per_chunk):
-            out.extend(self._generate(prompts[i:i + per_chunk], sampling))
+        for k, i in enumerate(range(0, len(prompts), per_chunk)):
+            seed = None if sampling.seed is None else sampling.seed + 7919 * k  # chunks must not repeat samples
+            out.extend(self._generate(prompts[i:i + per_chunk], replace(sampling, seed=seed)))
         return out
 
     def _generate(self, prompts: list[PromptInput], sp: SamplingParams) -> list[list[Completion]]:
+        if self.autocast_dtype is None:
+            return self._decode(prompts, sp)
+        device = next(self.model.parameters()).device
+        with torch.autocast(device_type=device.type, dtype=self.autocast_dtype):
+            return self._decode(prompts, sp)
+
+    def _decode(self, prompts: list[PromptInput], sp: SamplingParams) -> list[list[Completion]]:
         model = self.model
         was_training = model.training
         model.eval()
@@ -78,7 +89,7 @@ class HFEngine:
         ids, mask = ids.to(device), mask.to(device)
         cache = DynamicCache()
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), past_key_values=cache,
-                    use_cache=True)
+                    use_cache=True, logits_to_keep=1)  # only the last position samples: no B x Lp x V logits
         cache = out.past_key_values
         logits = out.logits[:, -1, :].float()
         if sp.n > 1:

@@ -44,9 +44,9 @@ class RewardModel:
         from backend.spec import is_hub_id
 
         path = params.path
-        if not is_hub_id(path) and not Path(path).is_absolute():
+        if not is_hub_id(path, base_dir) and not Path(path).is_absolute():
             path = str(Path(base_dir) / path)
-        if not is_hub_id(params.path) and not Path(path).is_dir():
+        if not is_hub_id(params.path, base_dir) and not Path(path).is_dir():
             raise FileNotFoundError(f"reward model directory not found: {params.path}")
         self.device = resolve_device(device)
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
