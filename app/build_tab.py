@@ -1,0 +1,247 @@
+"""The Build-a-run tab: preset picker, import, one section per RunSpec section, live validation and the
+action bar (Start, Preview command, Save as preset, Export YAML)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import gradio as gr
+
+from app.checks import detect_gpus, plan
+from app.commands import DEFAULT_PRESET, export_yaml, list_presets, load_preset, save_preset, train_command
+from app.config import StudioConfig
+from app.fields import FormUI, Registry, field_info
+from app.form import Validation, field_doc, fields, spec_to_values, to_widget, validate_values
+from app.locales import t
+from app.sections import BuildContext, algorithm, data, model, output, resources, rewards, rollout
+from backend.importers import import_any
+from backend.spec import RunSpec, SpecError
+
+SECTIONS = (("model", "sec_model", model), ("data", "sec_data", data), ("rewards", "sec_rewards", rewards),
+            ("rollout", "sec_rollout", rollout), ("resources", "sec_resources", resources),
+            ("algorithm", "sec_algorithm", algorithm), ("output", "sec_output", output))
+
+
+def form_values_for(spec: RunSpec, config: StudioConfig) -> dict[str, Any]:
+    """Widget values for a spec, with runs going to the folder this studio lists."""
+    vals = spec_to_values(spec)
+    if not config.same_runs_dir(spec.output.runs_dir):
+        vals["output.runs_dir"] = config.runs_dir_for_form()
+    return vals
+
+
+def initial_spec(config: StudioConfig) -> tuple[str, RunSpec]:
+    names = list_presets(config.presets_dir)
+    name = DEFAULT_PRESET if DEFAULT_PRESET in names else (names[0] if names else "")
+    if name:
+        try:
+            return name, load_preset(config.presets_dir, name)
+        except SpecError:
+            pass
+    return "", RunSpec()
+
+
+def validate_form(config: StudioConfig, values: dict[str, Any]) -> Validation:
+    v = validate_values(values, config.workspace.root, config.workspace)
+    runs_dir = values.get("output.runs_dir")
+    if isinstance(runs_dir, str) and runs_dir.strip() and not config.same_runs_dir(runs_dir):
+        v.by_field.setdefault("output.runs_dir", []).append(
+            f"this studio lists runs in {config.runs_dir_for_form()}; a run elsewhere would not show up here")
+        v.spec = v.spec if v.spec else None
+    return v
+
+
+def summary_md(v: Validation, lang: str) -> str:
+    if v.ok:
+        return t("valid", lang)
+    msgs = v.all_messages()
+    items = "\n".join(f"- {html.escape(m)}" for m in msgs[:12])
+    more = f"\n- … +{len(msgs) - 12}" if len(msgs) > 12 else ""
+    return f"**{t('invalid', lang, n=len(msgs))}**\n{items}{more}"
+
+
+def planner_md(spec: RunSpec | None, lang: str) -> str:
+    if spec is None:
+        return ""
+    ok, lines = plan(spec, detect_gpus())
+    head = t("planner_ok" if ok else "planner_bad", lang)
+    return f"**{'✓' if ok else '⚠'} {head}** · " + " · ".join(html.escape(x) for x in lines)
+
+
+def field_updates(v: Validation, prev: dict[str, str], lang: str, notes: dict[str, Any]
+                  ) -> tuple[list[Any], list[Any], dict[str, str]]:
+    """Per-field updates only where a field's message changed (so typing in a field is never disturbed)."""
+    now = {p: "; ".join(ms) for p, ms in v.by_field.items()}
+    comp_updates, note_updates = [], []
+    for doc in fields():
+        msg = now.get(doc.path, "")
+        same = prev.get(doc.path, "") == msg and doc.path in prev
+        if doc.path in notes:  # tables show messages in the line below
+            note_updates.append(gr.skip() if same else
+                                (f'<span class="gs-error-text">⚠ {html.escape(msg)}</span>' if msg else field_info(doc, lang)))
+            comp_updates.append(gr.skip())
+            continue
+        if same:
+            comp_updates.append(gr.skip())
+        elif msg:
+            comp_updates.append(gr.update(info=f"⚠ {msg}", elem_classes=["gs-field", "gs-error"]))
+        else:
+            comp_updates.append(gr.update(info=field_info(doc, lang), elem_classes=["gs-field"]))
+    return comp_updates, note_updates, {p: now.get(p, "") for p in (f.path for f in fields())}
+
+
+class BuildTab:
+    """Holds the tab's components so the Runs tab (Clone) and the studio (Start, language) can use them."""
+
+    def __init__(self, config: StudioConfig, reg: Registry, lang_input: Any, lang: str = "en") -> None:
+        self.config = config
+        self.reg = reg
+        self.lang_input = lang_input
+        self.form = FormUI()
+        preset_name, spec = initial_spec(config)
+        values = form_values_for(spec, config)
+
+        with gr.Row(equal_height=False):
+            self.preset = gr.Dropdown(list_presets(config.presets_dir), value=preset_name or None,
+                                      label=t("preset", lang), info=t("preset_info", lang), scale=1,
+                                      elem_id="preset-picker")
+            reg.label_info(self.preset, "preset", "preset_info")
+            with gr.Column(scale=2):
+                with gr.Accordion(t("import_acc", lang), open=False, elem_id="import-acc") as acc:
+                    reg.label(acc, "import_acc")
+                    self.import_text = gr.Textbox(lines=5, label=t("import_text", lang), elem_id="import-text")
+                    reg.label(self.import_text, "import_text")
+                    self.import_btn = reg.value(gr.Button(t("import_btn", lang), size="sm", elem_id="import-btn"),
+                                                "import_btn")
+                    self.import_msg = gr.Markdown(elem_id="import-msg")
+        self.message = gr.Markdown(elem_id="build-message")
+        self.form.preset, self.form.message = self.preset, self.message
+
+        ctx = BuildContext(config, self.form, reg, values, lang, lang_input)
+        for _, key, module in SECTIONS:
+            with gr.Accordion(t(key, lang), open=True, elem_classes=["gs-section"]) as sec:
+                reg.label(sec, key)
+                module.build(ctx)
+
+        with gr.Column(elem_classes=["gs-actions"], variant="panel"):
+            self.summary = gr.Markdown(elem_id="validation-summary")
+            with gr.Row(equal_height=True):
+                self.start = reg.value(gr.Button(t("start", lang), variant="primary", interactive=False,
+                                                 elem_id="start-btn", scale=1), "start")
+                self.preview_btn = reg.value(gr.Button(t("preview_cmd", lang), elem_id="preview-cmd-btn", scale=1),
+                                             "preview_cmd")
+                self.export_btn = reg.value(gr.Button(t("export_yaml", lang), elem_id="export-btn", scale=1),
+                                            "export_yaml")
+                self.preset_name = reg.label(gr.Textbox(label=t("preset_name", lang), scale=1, min_width=140,
+                                                        elem_id="preset-name"), "preset_name")
+                self.overwrite = reg.label(gr.Checkbox(False, label=t("overwrite", lang), scale=0, min_width=100),
+                                           "overwrite")
+                self.save_btn = reg.value(gr.Button(t("save_preset", lang), elem_id="save-preset-btn", scale=1),
+                                          "save_preset")
+        self.command = gr.Code(language="shell", visible=False, label=t("command", lang), elem_id="command-preview")
+        reg.label(self.command, "command")
+        self.yaml_code = gr.Code(language="yaml", visible=False, label=t("yaml_file", lang), elem_id="yaml-preview")
+        self.yaml_file = gr.File(visible=False, label=t("yaml_file", lang), interactive=False, elem_id="yaml-file")
+        self.prev = gr.State({})
+        self.ctx = ctx
+        for wire in ctx.deferred:
+            wire()
+        self._wire()
+
+    # ------------------------------------------------------------------------- handlers
+
+    @property
+    def inputs(self) -> list[Any]:
+        return self.form.ordered()
+
+    def validation_outputs(self) -> list[Any]:
+        notes = self.form.extras.get("notes", {})
+        return [self.start, self.summary, self.form.extras["planner"], self.prev, *notes.values(), *self.inputs]
+
+    def validate(self, lang: str, prev: dict[str, str], *args: Any) -> list[Any]:
+        v = validate_form(self.config, self.form.values(args))
+        notes = self.form.extras.get("notes", {})
+        comp_updates, note_updates, state = field_updates(v, prev or {}, lang, notes)
+        return [gr.update(interactive=v.ok), summary_md(v, lang),
+                planner_md(v.spec, lang) if v.spec else gr.skip(), state, *note_updates, *comp_updates]
+
+    def fill(self, spec: RunSpec) -> list[Any]:
+        vals = form_values_for(spec, self.config)
+        return [vals[f.path] for f in fields()]
+
+    def on_preset(self, name: str, lang: str) -> list[Any]:
+        if not name:
+            return [gr.skip(), *[gr.skip() for _ in fields()]]
+        try:
+            spec = load_preset(self.config.presets_dir, name)
+        except (SpecError, ValueError, OSError) as err:
+            return [f"⚠ {html.escape(t('preset_error', lang, name=name, err=err))}", *[gr.skip() for _ in fields()]]
+        return [t("preset_loaded", lang, name=name), *self.fill(spec)]
+
+    def on_import(self, text: str, lang: str, *args: Any) -> list[Any]:
+        skip = [gr.skip() for _ in fields()]
+        if not (text or "").strip():
+            return [t("import_empty", lang), *skip]
+        try:
+            res = import_any(text)
+        except (SpecError, ValueError) as err:
+            return ["⚠ " + html.escape(t("import_error", lang, err=err)), *skip]
+        values = list(args)
+        for i, doc in enumerate(fields()):
+            if doc.path in res.values:
+                values[i] = to_widget(field_doc(doc.path), res.values[doc.path])
+        parts = [t("import_ok", lang, n=len(res.values))]
+        if res.unmapped:
+            parts.append(f"**{t('import_unmapped', lang)}**\n" + "\n".join(f"- `{html.escape(u)}`" for u in res.unmapped))
+        if res.notes:
+            parts.append(f"**{t('import_notes', lang)}**\n" + "\n".join(f"- {html.escape(n)}" for n in res.notes))
+        return ["\n\n".join(parts), *values]
+
+    def _spec_or_message(self, lang: str, args: tuple[Any, ...]) -> tuple[RunSpec | None, str]:
+        v = validate_form(self.config, self.form.values(args))
+        if v.spec is None:
+            return None, "⚠ " + t("invalid_form", lang)
+        return v.spec, ""
+
+    def on_preview(self, preset: str, lang: str, *args: Any) -> tuple[Any, str]:
+        spec, msg = self._spec_or_message(lang, args)
+        if spec is None:
+            return gr.update(visible=False), msg
+        presets_rel = self.config.workspace.rel(self.config.presets_dir)
+        return gr.update(value=train_command(spec, preset or "", presets_rel), visible=True), ""
+
+    def on_export(self, preset: str, lang: str, *args: Any) -> tuple[Any, Any, str]:
+        spec, msg = self._spec_or_message(lang, args)
+        if spec is None:
+            return gr.update(visible=False), gr.update(visible=False), msg
+        path = export_yaml(spec, self.config.export_dir, spec.output.run_name or preset or "runspec")
+        return gr.update(value=spec.to_yaml(), visible=True), gr.update(value=str(path), visible=True), ""
+
+    def on_save(self, name: str, overwrite: bool, lang: str, *args: Any) -> tuple[Any, str]:
+        spec, msg = self._spec_or_message(lang, args)
+        if spec is None:
+            return gr.skip(), msg
+        name = (name or "").strip()
+        try:
+            save_preset(self.config.presets_dir, name, spec, overwrite=bool(overwrite))
+        except FileExistsError:
+            return gr.skip(), "⚠ " + t("preset_exists", lang, name=name)
+        except (ValueError, OSError) as err:
+            return gr.skip(), f"⚠ {html.escape(str(err))}"
+        return gr.update(choices=list_presets(self.config.presets_dir), value=name), t("preset_saved", lang, name=name)
+
+    def _wire(self) -> None:
+        ins = self.inputs
+        val_in = [self.lang_input, self.prev, *ins]
+        val_out = self.validation_outputs()
+        gr.on([c.change for c in ins], self.validate, val_in, val_out, trigger_mode="always_last",
+              show_progress="hidden", queue=True, concurrency_limit=4, concurrency_id="validate")
+        self.validate_event_args = (self.validate, val_in, val_out)
+        self.preset.input(self.on_preset, [self.preset, self.lang_input], [self.message, *ins])
+        self.import_btn.click(self.on_import, [self.import_text, self.lang_input, *ins], [self.import_msg, *ins])
+        self.preview_btn.click(self.on_preview, [self.preset, self.lang_input, *ins], [self.command, self.message])
+        self.export_btn.click(self.on_export, [self.preset, self.lang_input, *ins],
+                              [self.yaml_code, self.yaml_file, self.message])
+        self.save_btn.click(self.on_save, [self.preset_name, self.overwrite, self.lang_input, *ins],
+                            [self.preset, self.message])

@@ -1,0 +1,118 @@
+"""The runs table and progress summary: pure functions over run directories' status files."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backend.rundir import ACTIVE_STATES, RunDir, list_runs
+
+RUN_COLUMNS = ("run", "preset", "state", "step", "reward", "started", "duration")
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or seconds != seconds or seconds < 0:
+        return ""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m}m {s:02d}s"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"{h}h {m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d {h}h"
+
+
+def format_time(ts: float | None) -> str:
+    if not ts:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    path: Path
+    preset: str
+    state: str
+    step: int
+    total_steps: int
+    reward: float | None
+    started_at: float | None
+    updated_at: float | None
+    error: str
+    step_s: float | None
+    eta_s: float | None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    def duration(self, now: float | None = None) -> float | None:
+        if not self.started_at:
+            return None
+        end = (now or time.time()) if self.active else (self.updated_at or now or time.time())
+        return max(0.0, end - self.started_at)
+
+    def row(self, now: float | None = None) -> list[Any]:
+        total = f"{self.step}/{self.total_steps}" if self.total_steps else str(self.step)
+        reward = "" if self.reward is None else f"{self.reward:.3f}"
+        return [self.run_id, self.preset, self.state, total, reward, format_time(self.started_at),
+                format_duration(self.duration(now))]
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else None
+
+
+def run_info(run: RunDir) -> RunInfo:
+    st = run.read_status()
+    return RunInfo(
+        run_id=run.run_id, path=run.path, preset=str(st.get("preset") or ""), state=run.state(),
+        step=int(st.get("step") or 0), total_steps=int(st.get("total_steps") or 0), reward=_num(st.get("reward")),
+        started_at=_num(st.get("started_at")), updated_at=_num(st.get("updated_at")),
+        error=str(st.get("error") or ""), step_s=_num(st.get("step_s")), eta_s=_num(st.get("eta_s")),
+    )
+
+
+def runs_table(runs_dir: str | Path, now: float | None = None) -> tuple[list[RunInfo], list[list[Any]]]:
+    infos = [run_info(r) for r in list_runs(runs_dir)]
+    return infos, [i.row(now) for i in infos]
+
+
+def find_run(runs_dir: str | Path, run_id: str) -> RunDir | None:
+    """The run directory named run_id, only when it is a direct child of runs_dir (no traversal)."""
+    if not run_id or "/" in run_id or "\\" in run_id or run_id in (".", ".."):
+        return None
+    root = Path(runs_dir).resolve()
+    p = (root / run_id).resolve()
+    if p.parent != root or not p.is_dir():
+        return None
+    run = RunDir(p)
+    return run if run.exists() else None
+
+
+@dataclass
+class Progress:
+    fraction: float
+    step: int
+    total: int
+    elapsed_s: float | None
+    eta_s: float | None
+    step_s: float | None
+    tokens_per_s: float | None
+
+
+def progress(info: RunInfo, tokens_per_s: float | None = None, now: float | None = None) -> Progress:
+    frac = min(1.0, info.step / info.total_steps) if info.total_steps else 0.0
+    eta = info.eta_s
+    if eta is None and info.step_s and info.total_steps and info.active:
+        eta = info.step_s * max(0, info.total_steps - info.step)
+    if not info.active:
+        eta = None
+    return Progress(frac, info.step, info.total_steps, info.duration(now), eta, info.step_s, tokens_per_s)

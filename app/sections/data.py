@@ -1,0 +1,126 @@
+"""Dataset section: sources (upload or path), detected columns, system prompt, template, and a preview of
+the first rows exactly as the model will see them (chat template applied through the tokenizer)."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from app.checks import preview_rows
+from app.fields import section_fields
+from app.form import FieldValueError, field_doc, from_widget, values_to_spec
+from app.locales import t
+from app.paths import PathError
+from app.sections import BuildContext
+from backend.data import peek_columns
+from backend.spec import SpecError, is_hub_id, split_source
+
+
+def detect_columns(ctx: BuildContext, sources_text: str, lang: str) -> tuple[list[str], str]:
+    """Columns of the first local, readable source inside the workspace."""
+    try:
+        sources = from_widget(field_doc("data.sources"), sources_text)
+    except FieldValueError:
+        return [], ""
+    for ref in sources:
+        try:
+            path, _ = split_source(ref)
+        except ValueError:
+            continue
+        if is_hub_id(path):
+            continue
+        try:
+            p = ctx.config.workspace.resolve(path)
+        except PathError:
+            return [], "⚠ " + t("outside", lang, path=path)
+        if not p.exists():
+            continue
+        cols = peek_columns(p)
+        if cols:
+            return sorted(cols), t("data_columns", lang, src=path, cols=", ".join(sorted(cols)))
+    return [], ""
+
+
+def render_preview(rows: list[dict[str, Any]], note: str, lang: str) -> str:
+    parts = []
+    if note:
+        parts.append(f'<div class="gs-note">ⓘ {html.escape(note)}</div>')
+    for i, row in enumerate(rows):
+        cols = json.dumps(row["columns"], ensure_ascii=False, default=str)
+        head = html.escape(t("data_row", lang, i=i + 1, src=row["source"]))
+        parts.append(f'<div class="gs-preview"><div class="gs-preview-head">{head}</div>'
+                     f'<pre class="gs-rendered">{html.escape(row["rendered"])}</pre>'
+                     f'<details><summary>columns</summary><pre>{html.escape(cols)}</pre></details></div>')
+    return "".join(parts)
+
+
+def build(ctx: BuildContext) -> None:
+    comps = ctx.form.comps
+    with gr.Row():
+        upload = gr.File(label=t("data_upload", ctx.lang), file_types=[".jsonl", ".json", ".csv", ".parquet"],
+                         file_count="single", height=90, scale=1, elem_id="data-upload")
+        ctx.reg.label(upload, "data_upload")
+    section_fields("data", ctx.form, ctx.reg, ctx.values, ctx.lang)
+    cols_md = gr.Markdown(elem_id="data-columns")
+    with gr.Row():
+        btn = ctx.reg.value(gr.Button(t("data_preview", ctx.lang), size="sm", scale=0, elem_id="data-preview-btn"),
+                            "data_preview")
+    preview = gr.HTML(elem_id="data-preview")
+    gallery = gr.Gallery(label=t("data_images", ctx.lang), visible=False, height=200, columns=6)
+    ctx.reg.label(gallery, "data_images")
+
+    col_comps = [comps["data.prompt_column"], comps["data.solution_column"], comps["data.images_column"]]
+
+    def on_sources(sources_text: str, p: str, s: str, im: str, lang: str) -> list[Any]:
+        cols, msg = detect_columns(ctx, sources_text, lang)
+        updates = [gr.update(choices=sorted({*cols, v or ""}) if cols else [v or ""]) for v in (p, s, im)]
+        return [*updates, msg]
+
+    for ev in (comps["data.sources"].blur, comps["data.sources"].submit):
+        ev(on_sources, [comps["data.sources"], *col_comps, ctx.lang_input], [*col_comps, cols_md], queue=False)
+
+    def on_upload(file: str | None, sources_text: str, lang: str) -> tuple[Any, str]:
+        if not file:
+            return gr.skip(), ""
+        try:
+            rel = ctx.config.workspace.save_upload(file, "uploads")
+        except (PathError, OSError) as err:
+            return gr.skip(), f"⚠ {err}"
+        current = [s for s in str(sources_text or "").replace("\n", ",").split(",") if s.strip()]
+        new = ", ".join([*[c.strip() for c in current], rel]) if rel not in current else sources_text
+        return new, t("data_uploaded", lang, path=rel)
+
+    upload.upload(on_upload, [upload, comps["data.sources"], ctx.lang_input], [comps["data.sources"], cols_md]).then(
+        on_sources, [comps["data.sources"], *col_comps, ctx.lang_input], [*col_comps, cols_md])
+
+    def on_preview(lang: str, *values: Any) -> tuple[str, Any]:
+        try:
+            spec = values_to_spec(ctx.form.values(values))
+        except SpecError as err:
+            return "⚠ " + html.escape(t("data_preview_error", lang, err="; ".join(map(str, err.issues)))), gr.update(visible=False)
+        for ref in spec.data.sources:
+            msg = ctx.config.workspace.check_ref(ref)
+            if msg:
+                return "⚠ " + html.escape(msg), gr.update(visible=False)
+        try:
+            rows, note = preview_rows(spec, ctx.config.workspace.root, n=5)
+        except Exception as err:  # unreadable file, bad JSON line, ...: shown, not raised
+            return "⚠ " + html.escape(t("data_preview_error", lang, err=f"{type(err).__name__}: {err}")), gr.update(visible=False)
+        images = []
+        for r in rows:
+            for img in r["images"]:
+                try:
+                    p = ctx.config.workspace.resolve(img)
+                except PathError:
+                    continue
+                if Path(p).is_file():
+                    images.append(str(p))
+        return render_preview(rows, note, lang), gr.update(value=images or None, visible=bool(images))
+
+    # wired once every field exists: the preview needs the model's tokenizer and the whole data section
+    ctx.deferred.append(lambda: btn.click(on_preview, [ctx.lang_input, *ctx.form.ordered()], [preview, gallery],
+                                          concurrency_limit=2))

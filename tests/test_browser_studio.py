@@ -1,0 +1,295 @@
+"""The studio in headless Chromium: build a run, start it, watch it, stop it, restart the studio, soak.
+
+Needs the Debian `chromium` package and Playwright's Python package (never `playwright install`); skips
+with the reason when either is missing. Requests that leave 127.0.0.1 are aborted, as on an offline
+machine, so a CDN script that cannot load must not break the page. Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+pytestmark = pytest.mark.browser
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} not found (apt-get install chromium)", allow_module_level=True)
+try:
+    from playwright.async_api import async_playwright
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:
+    pytest.skip("playwright is not installed (pip install playwright==1.65.2)", allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Studio:
+    """`python launch.py` as a subprocess on a free port."""
+
+    def __init__(self, runs_dir: Path, log: Path) -> None:
+        self.runs_dir, self.log = runs_dir, log
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self) -> Studio:
+        port = free_port()
+        env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+        with self.log.open("a") as log:
+            self.proc = subprocess.Popen([sys.executable, "launch.py", "--port", str(port), "--runs-dir",
+                                          str(self.runs_dir), "--refresh", "1.0"], cwd=ROOT, env=env,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{port}/"
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"studio exited: {self.log.read_text()[-2000:]}")
+            try:
+                urllib.request.urlopen(self.url, timeout=2)
+                return self
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError("studio did not start in 90 s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def offline(route) -> None:  # noqa: ANN001 - a Playwright Route
+    if route.request.url.startswith("http://127.0.0.1"):
+        route.continue_()
+    else:
+        route.abort()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    ARTIFACTS.mkdir(exist_ok=True)
+    base = tmp_path_factory.mktemp("studio")
+    runs = base / "runs"
+    studio = Studio(runs, ARTIFACTS / "studio.log").start()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield {"studio": studio, "browser": browser, "runs": runs, "state": {}}
+        browser.close()
+    studio.stop()
+    for run in runs.glob("*/status.json"):  # never leave trainers behind
+        from backend.launcher import stop
+        from backend.rundir import RunDir
+
+        stop(RunDir(run.parent), force=True)
+
+
+def new_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.route("**/*", offline)
+    page.set_default_timeout(30_000)
+    page.goto(url, wait_until="domcontentloaded")
+    page.wait_for_selector("#start-btn")
+    return page
+
+
+def number_input(page, path: str):
+    return page.locator(f"#field-{path.replace('.', '-')} input").first
+
+
+def chart_points(page, cid: str) -> int:
+    return page.locator(f"#chart-{cid} .scatterlayer .point").count()
+
+
+def test_build_start_watch_stop(env):
+    page = new_page(env["browser"], env["studio"].url)
+    expect(page.locator("#preset-picker input")).to_have_value("tiny-cpu")
+    expect(page.locator("#start-btn")).to_be_enabled(timeout=30_000)  # the preset validates on open
+    expect(page.locator("#gpu-none")).to_contain_text("No GPU")
+
+    # validation on change: a bad group size disables Start and says so next to the field
+    ng = number_input(page, "rollout.num_generations")
+    ng.fill("1")
+    ng.press("Tab")
+    expect(page.locator("#field-rollout-num_generations")).to_contain_text("greater than or equal to 2")
+    expect(page.locator("#start-btn")).to_be_disabled()
+    expect(page.locator("#validation-summary")).to_contain_text("rollout.num_generations")
+    page.screenshot(path=str(ARTIFACTS / "01-build-invalid.png"), full_page=False)
+    ng.fill("8")
+    ng.press("Tab")
+    expect(page.locator("#start-btn")).to_be_enabled()
+
+    steps = number_input(page, "algorithm.max_steps")
+    steps.fill("60")
+    steps.press("Tab")
+    run_name = page.locator("#field-output-run_name input, #field-output-run_name textarea").first
+    run_name.fill("browser")
+    run_name.press("Tab")
+    page.locator("#preview-cmd-btn").click()
+    expect(page.locator("#command-preview")).to_contain_text("algorithm.max_steps=60")
+    expect(page.locator("#start-btn")).to_be_enabled()
+    page.screenshot(path=str(ARTIFACTS / "02-build.png"), full_page=True)
+
+    page.locator("#start-btn").click()
+    expect(page.locator("#runs-table")).to_contain_text("browser", timeout=30_000)
+    run_id = page.locator("#run-select input").input_value()
+    assert re.fullmatch(r"\d{8}-\d{6}-browser-[0-9a-f]{4}", run_id), run_id
+    env["state"]["run_id"] = run_id
+    expect(page.locator("#run-state")).to_have_text(re.compile("starting|running"))
+
+    deadline = time.time() + 180  # model load and a few CPU steps
+    while time.time() < deadline and chart_points(page, "reward") < 2:
+        time.sleep(1)
+    assert chart_points(page, "reward") >= 2, "no reward points drawn"
+    expect(page.locator("#samples-view .gs-row").first).to_be_visible(timeout=30_000)
+    assert page.locator("#samples-view .gs-group").count() >= 1
+    expect(page.locator("#run-progress")).to_contain_text("step")
+    page.screenshot(path=str(ARTIFACTS / "03-runs-live.png"), full_page=True)
+
+    page.locator("#stop-btn").click()
+    expect(page.locator("#run-action-msg")).to_contain_text(re.compile("Stopping|not running"), timeout=15_000)
+    expect(page.locator("#run-state")).to_have_text("stopped", timeout=90_000)
+    expect(page.locator("#runs-table")).to_contain_text("stopped")
+    page.screenshot(path=str(ARTIFACTS / "04-runs-stopped.png"), full_page=True)
+    page.close()
+
+
+def test_restart_keeps_runs_and_curves(env):
+    run_id = env["state"].get("run_id")
+    if not run_id:
+        pytest.skip("the start test did not create a run")
+    studio: Studio = env["studio"]
+    studio.stop()
+    studio.start()
+    page = new_page(env["browser"], studio.url)
+    page.locator("#tab-runs-button").click()
+    expect(page.locator("#runs-table")).to_contain_text(run_id)
+    expect(page.locator("#runs-table")).to_contain_text("stopped")
+    page.wait_for_function("document.querySelectorAll('#chart-reward .scatterlayer .point').length >= 2")
+    expect(page.locator("#samples-view .gs-row").first).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "05-after-restart.png"), full_page=True)
+
+    # compare tab overlays the run's curve; the language switch relabels the page
+    page.locator("#tab-compare-button").click()
+    page.wait_for_function("document.querySelectorAll('#chart-compare .scatterlayer .trace').length >= 1")
+    page.locator("#lang-switch label", has_text="中文").click()
+    expect(page.locator("#tab-build-button")).to_have_text("构建训练")
+    page.locator("#tab-build-button").click()
+    expect(page.locator("#start-btn")).to_have_text("开始训练")
+    expect(page.locator("#field-algorithm-max_steps")).to_contain_text("最大步数")
+    page.screenshot(path=str(ARTIFACTS / "06-chinese.png"), full_page=False)
+    page.close()
+
+
+def test_import_swift_fills_the_form(env):
+    page = new_page(env["browser"], env["studio"].url)
+    page.locator("#import-acc").click()
+    page.locator("#import-text textarea").fill(
+        "swift rlhf --rlhf_type grpo --model assets/tiny-add --num_generations 4 --temperature 0.7 "
+        "--output_dir out")
+    page.locator("#import-btn").click()
+    expect(page.locator("#import-msg")).to_contain_text("--output_dir out")
+    expect(number_input(page, "rollout.num_generations")).to_have_value("4")
+    expect(number_input(page, "rollout.temperature")).to_have_value("0.7")
+    page.screenshot(path=str(ARTIFACTS / "07-import.png"), full_page=False)
+    page.close()
+
+
+async def _soak(url: str, sessions: int, rounds: int) -> list[tuple[str, float]]:
+    """Each session shows the live Runs tab and acts; returns (action, seconds until the page answered)."""
+    timings: list[tuple[str, float]] = []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+
+        async def session(i: int) -> None:
+            page = await browser.new_page(viewport={"width": 1300, "height": 900})
+            await page.route("**/*", lambda r: asyncio.ensure_future(
+                r.continue_() if r.request.url.startswith("http://127.0.0.1") else r.abort()))
+            await page.goto(url, wait_until="domcontentloaded")
+            await page.wait_for_selector("#start-btn", timeout=60_000)
+            await page.click("#tab-runs-button")
+            await page.wait_for_function(
+                "document.querySelectorAll('#chart-reward .scatterlayer .trace').length >= 1", timeout=60_000)
+            for r in range(rounds):
+                t0 = time.perf_counter()
+                await page.click("#x-mode label:has-text('elapsed hours')")
+                await page.wait_for_function(
+                    "[...document.querySelectorAll('#chart-reward text')].some(t => t.textContent === 'hours')",
+                    timeout=10_000)
+                timings.append(("x-axis to hours", time.perf_counter() - t0))
+                t0 = time.perf_counter()
+                await page.click("#x-mode label:has-text('step')")
+                await page.wait_for_function(
+                    "![...document.querySelectorAll('#chart-reward text')].some(t => t.textContent === 'hours')",
+                    timeout=10_000)
+                timings.append(("x-axis to step", time.perf_counter() - t0))
+                t0 = time.perf_counter()
+                needle = f"{r}+"
+                await page.fill("#sample-text textarea, #sample-text input", needle)
+                await page.press("#sample-text textarea, #sample-text input", "Enter")
+                await page.wait_for_function(
+                    f"""(() => {{ const v = document.querySelector('#samples-view');
+                        return v && (v.querySelector('.gs-empty') ||
+                          [...v.querySelectorAll('.gs-prompt')].every(p => p.textContent.includes({needle!r}))); }})()""",
+                    timeout=10_000)
+                timings.append(("samples text filter", time.perf_counter() - t0))
+            if i == 0:
+                await page.screenshot(path=str(ARTIFACTS / "08-soak-session.png"), full_page=False)
+            await page.close()
+
+        await asyncio.gather(*(session(i) for i in range(sessions)))
+        await browser.close()
+    return timings
+
+
+def test_soak_five_sessions_while_training(env):
+    """5 browser sessions on the live dashboard while a run trains: every page action answers in < 2 s."""
+    from backend.launcher import launch, stop
+    from backend.rundir import RunDir
+    from backend.spec import load_spec
+
+    spec = load_spec(ROOT / "presets" / "tiny-cpu.yaml", ["algorithm.max_steps=400", f"output.runs_dir={env['runs']}",
+                                                          "output.run_name=soak"])
+    run = launch(spec, base_dir=ROOT, preset="tiny-cpu")
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and not run.metrics_path.exists():
+            time.sleep(1)
+        assert RunDir(run.path).state() == "running", RunDir(run.path).log_tail()
+        # the module's sync Playwright owns this thread's event loop: the async sessions get their own thread
+        with ThreadPoolExecutor(1) as pool:
+            timings = pool.submit(asyncio.run, _soak(env["studio"].url, sessions=5, rounds=3)).result()
+        assert RunDir(run.path).state() == "running"  # it trained the whole time
+    finally:
+        stop(run, force=True)
+    worst = max(s for _, s in timings)
+    by_action: dict[str, list[float]] = {}
+    for a, s in timings:
+        by_action.setdefault(a, []).append(s)
+    report = ", ".join(f"{a}: median {sorted(v)[len(v) // 2]:.2f}s max {max(v):.2f}s" for a, v in by_action.items())
+    (ARTIFACTS / "soak.txt").write_text(f"{len(timings)} actions over 5 sessions while training; {report}\n")
+    print(report)
+    assert len(timings) == 5 * 3 * 3
+    assert worst < 2.0, report
