@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="extra folder the studio may read (e.g. a models directory); repeatable")
     ap.add_argument("--auth", default=None, help="user:password, or a file with one user:password per line")
     ap.add_argument("--lang", default="en", choices=["en", "zh"], help="initial language")
-    ap.add_argument("--refresh", type=float, default=1.0, help="seconds between live updates of the run list")
+    ap.add_argument("--refresh", type=float, default=2.0, help="seconds between live updates (run list, progress)")
     ap.add_argument("--redraw", type=float, default=2.0,
                     help="charts redraw for new steps at most this often (seconds; user actions redraw at once)")
     return ap

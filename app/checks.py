@@ -274,7 +274,7 @@ def plan(spec: RunSpec, gpus: tuple[tuple[int, str, float], ...]) -> tuple[bool,
 
 # ----------------------------------------------------------------------------- rewards
 
-def test_rewards(spec: RunSpec, base: Path, rows: int = 8, completions: str = "solution",
+def score_rewards(spec: RunSpec, base: Path, rows: int = 8, completions: str = "solution",
                  timeout_s: float = 180.0) -> dict[str, Any]:
     """Score a few dataset rows with the spec's rewards through `python -m backend.rewards check --json`, in a
     separate process (user reward code never runs in the studio process).

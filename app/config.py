@@ -19,9 +19,11 @@ class StudioConfig:
     presets_dir: Path
     export_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="grpo-studio-export-")))
     store: RunStore = field(default_factory=RunStore)
-    refresh_s: float = 1.0  # live-update period of the run list, progress and log
-    redraw_s: float = 2.0  # charts redraw for new steps at most this often (view changes redraw at once)
-    samples_redraw_s: float = 4.0  # the samples browser, when following the latest step
+    # Live-update periods. Each redraw costs every open browser Plotly and layout work, so new steps are
+    # drawn at most every redraw_s; a changed view (run, axis, smoothing, filters) is drawn at once.
+    refresh_s: float = 2.0  # run list, progress, log
+    redraw_s: float = 2.0  # charts
+    samples_redraw_s: float = 5.0  # samples browser and reward histogram, when following the latest step
 
     @classmethod
     def create(cls, workspace: str | Path = ".", runs_dir: str | Path | None = None,

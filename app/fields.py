@@ -8,7 +8,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.form import REWARD_HEADERS, field_doc, fields
+from app.form import REWARD_HEADERS, field_doc, fields, list_item_type
 from app.locales import field_help, field_label, t
 from backend.spec import FieldDoc
 
@@ -60,7 +60,9 @@ def make_field(doc: FieldDoc, w: Any, lang: str = "en") -> gr.components.Compone
         return gr.Dropdown(choices=[w] if w else [""], value=w, allow_custom_value=True, info=field_info(doc, lang),
                            **common)
     lines = 3 if doc.path == "data.system_prompt" else 1
-    placeholder = "a, b, c" if k == "list" else None
+    placeholder = None
+    if k == "list":
+        placeholder = "0, 1" if list_item_type(doc.path) is int else "a, b"
     return gr.Textbox(value=w, lines=lines, placeholder=placeholder, info=field_info(doc, lang), **common)
 
 

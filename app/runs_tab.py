@@ -23,12 +23,12 @@ from app.samples_view import SampleFilter, render_step
 from app.session import SessionMemo
 from backend import launcher
 from backend.rundir import RunDir, process_alive
-from backend.spec import SpecError, load_spec
 
 STATE_COLORS = {"running": "#16a34a", "starting": "#2563eb", "stopping": "#d97706", "stopped": "#6b7280",
                 "finished": "#0f766e", "failed": "#dc2626"}
 
 
+TABLE_REDRAW_S = 4.0
 MAIN_CHARTS = ("reward", "reward_spread", "lengths", "policy")
 MORE_CHARTS = ("optim", "timing", "throughput", "telemetry", "eval")
 
@@ -156,11 +156,16 @@ class RunsTab:
         now = time.time()
         infos, rows = runs_table(self.config.runs_dir, now)
         ids = [i.run_id for i in infos]
-        # The table redraws when runs come, go or change state, and otherwise every 10 s (steps, rewards and
-        # durations change every second, but the progress bar shows those live for the selected run).
-        table_sig = (tuple((r[0], r[2]) for r in rows), int(now // 10), lang)
-        table_up = gr.skip() if sess.get("table") == table_sig else self._table_value(rows, lang)
-        sess["table"] = table_sig
+        # The table redraws at once when runs come, go or change state; for new steps and rewards at most every
+        # TABLE_REDRAW_S (the progress bar shows the selected run live; a table redraw is not cheap in the page).
+        shape = (tuple((r[0], r[2]) for r in rows), lang)
+        content = tuple(tuple(r[:-1]) for r in rows)
+        prev = sess.get("table")
+        if prev is None or prev[0] != shape or (prev[1] != content and now - prev[2] >= TABLE_REDRAW_S):
+            table_up = self._table_value(rows, lang)
+            sess["table"] = (shape, content, now)
+        else:
+            table_up = gr.skip()
         if run_id not in ids:
             run_id = ids[0] if ids else None
         m["run_id"] = run_id
@@ -316,15 +321,6 @@ class RunsTab:
         shutil.rmtree(target)
         self.config.store.forget(target)
         return gr.update(visible=False), t("deleted", lang, run=run.run_id)
-
-    def clone_spec(self, run_id: str | None) -> tuple[Any, str]:
-        run = self._run(run_id)
-        if run is None:
-            raise LookupError("no run")
-        try:
-            return load_spec(run.spec_path), run.run_id
-        except SpecError as err:
-            raise LookupError(str(err)) from err
 
     def wire_controls(self, memo: SessionMemo, live_runs: Any, live_samples: Any) -> None:
         """User actions: store the new view in the session memo, then redraw what depends on it."""

@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         resume = bool(args.resume)
         st = run.read_status()
-        if resume and st.get("state") in ACTIVE_STATES and process_alive(st.get("pid"), st.get("pid_create_time")):
+        # the launcher records the pid of the process it spawns, i.e. this one, before we get here
+        if (resume and st.get("state") in ACTIVE_STATES and st.get("pid") != os.getpid()
+                and process_alive(st.get("pid"), st.get("pid_create_time"))):
             print(f"{run.path} is still {st['state']} (pid {st['pid']}); stop it before resuming", file=sys.stderr)
             return 2
         tee = not args.run_dir

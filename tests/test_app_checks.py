@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.checks import estimate_params, human_count, model_summary, plan, preview_rows, read_rows, test_rewards
+from app.checks import estimate_params, human_count, model_summary, plan, preview_rows, read_rows, score_rewards
 from app.commands import export_yaml, list_presets, load_preset, preset_path, save_preset, train_command
 from backend.spec import apply_overrides, load_spec, spec_from_dict
 
@@ -71,7 +71,7 @@ def test_planner_on_cpu_and_gpus():
 
 
 def test_reward_test_runs_in_a_subprocess():
-    result = test_rewards(load_spec(TINY), ROOT, rows=3)
+    result = score_rewards(load_spec(TINY), ROOT, rows=3)
     assert "error" not in result, result
     names = {f["function"] for f in result["functions"]}
     assert {"exact_match", "digit_match"} <= names
@@ -96,7 +96,7 @@ def test_presets_save_load_and_names(tmp_path):
 
 
 def test_train_command_reproduces_the_spec(tmp_path):
-    spec = load_spec(TINY, ["algorithm.max_steps=60", "data.system_prompt=Be: brief, 'ok'", "output.run_name=x",
+    spec = load_spec(TINY, ["algorithm.max_steps=60", "data.system_prompt=\"Be: brief, 'ok'\"", "output.run_name=x",
                             "rollout.temperature=0.7", "rewards.functions=[{name: exact_match, weight: 2}]"])
     cmd = train_command(spec, "tiny-cpu", str(ROOT / "presets"))
     args = shlex.split(cmd.replace("\\\n", " "))

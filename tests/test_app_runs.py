@@ -179,3 +179,47 @@ def test_refresh_outputs_skip_unchanged(tmp_path):
     c1 = cmp.refresh(m)
     assert m["cmp_runs"] == [rid] and c1[2].data
     assert all(isinstance(o, dict) for o in cmp.refresh(m))  # unchanged: all skipped
+
+
+def test_stop_twice_kills_the_process_group(tmp_path):
+    """First Stop asks politely (SIGTERM); a run that does not exit is killed, with its group, by the second."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from app.fields import Registry
+    from app.runs_tab import RunsTab
+
+    config = StudioConfig.create(tmp_path, tmp_path / "runs")
+    tab = RunsTab.__new__(RunsTab)
+    tab.config, tab.reg = config, Registry()
+    run = make_run(config.runs_dir, "stubborn", "running")
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                             "time.sleep(60)"], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        run.write_status(pid=proc.pid, pid_create_time=psutil.Process(proc.pid).create_time())
+        assert "Stopping" in tab.on_stop("stubborn", "en")
+        time.sleep(0.3)
+        assert proc.poll() is None and run.read_status()["state"] == "stopping"
+        assert "Killed" in tab.on_stop("stubborn", "en")
+        assert proc.wait(10) != 0
+        assert run.read_status()["state"] == "stopped"
+        assert "not running" in tab.on_stop("stubborn", "en")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_progress_html_shows_failures_prominently(tmp_path):
+    from app.runs_tab import progress_html
+
+    info = run_info(make_run(tmp_path, "bad", "failed", error="CUDA out of memory <in> step 3"))
+    out = progress_html(info, None, "en")
+    assert 'id="run-error"' in out and "Run failed" in out
+    assert "CUDA out of memory &lt;in&gt; step 3" in out  # escaped
+    zh = progress_html(info, None, "zh")
+    assert "运行失败" in zh and "失败" in zh
+    ok = progress_html(run_info(make_run(tmp_path, "ok", "running", pid=os.getpid())), 123.0, "en")
+    assert "run-error" not in ok and "123 tokens/s" in ok and "ETA" in ok

@@ -207,3 +207,25 @@ def test_bf16_full_finetune_keeps_fp32_master_weights(tmp_path: Path) -> None:
     name = "model.layers.0.mlp.up_proj.weight"
     changed = (t.policy.state_dict()[name] != base[name]).float().mean().item()
     assert changed > 0.9  # a 1e-6 Adam step moves (almost) every fp32 weight; bf16 weights would mostly not move
+
+
+def test_launcher_stop_then_resume_completes(tmp_path: Path) -> None:
+    from backend import launcher
+
+    spec = load_spec(TINY, [f"output.runs_dir={tmp_path / 'runs'}", *FAST, "algorithm.max_steps=400"])
+    run = launcher.launch(spec, ROOT)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(read_jsonl(run.metrics_path)[0]) < 3:
+        time.sleep(0.1)
+    assert launcher.stop(run) == "stopping"
+    while time.time() < deadline and run.read_status().get("state") != "stopped":
+        time.sleep(0.1)
+    stopped_at = run.read_status()["step"]
+    assert run.latest_checkpoint().name == f"step-{stopped_at}"
+    launcher.resume(run, ROOT)
+    while time.time() < deadline + 60 and len(read_jsonl(run.metrics_path)[0]) < stopped_at + 2:
+        time.sleep(0.1)
+    assert run.state() == "running", run.log_tail()
+    launcher.stop(run, force=True)
+    steps = [r["step"] for r in read_jsonl(run.metrics_path)[0]]
+    assert steps == list(range(1, len(steps) + 1))  # continued from the checkpoint, no gap or repeat

@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.checks import test_rewards
+from app.checks import score_rewards
 from app.fields import section_fields
 from app.form import values_to_spec
 from app.locales import t
@@ -183,7 +183,7 @@ def build(ctx: BuildContext) -> None:
             msg = ctx.config.workspace.check_ref(ref)
             if msg:
                 return gr.update(visible=False), gr.update(visible=False), f"⚠ {html.escape(msg)}"
-        result = test_rewards(spec, ctx.config.workspace.root, rows=int(n or 8), completions=src or "solution")
+        result = score_rewards(spec, ctx.config.workspace.root, rows=int(n or 8), completions=src or "solution")
         return render_scores(result, lang)
 
     ctx.deferred.append(lambda: test_btn.click(on_test, [nrows, source, ctx.lang_input, *ctx.form.ordered()],
