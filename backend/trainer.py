@@ -254,7 +254,7 @@ class GRPOTrainer:
             if ro.sampling_logps is None:
                 raise RuntimeError(f"async generation needs per-token logprobs from the {r.engine} engine")
             ro.old_logps = ro.sampling_logps  # the engine's weights were the sampling policy
-        elif a.num_iterations > 1 or r.async_generation:
+        elif a.num_iterations > 1:
             self.policy.eval()
             ro.old_logps = torch.cat([self._logps(self.policy, ro, slice(i, i + mb))[0].cpu() for i in range(0, B, mb)])
             self.policy.train()
