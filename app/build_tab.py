@@ -4,17 +4,18 @@ action bar (Start, Preview command, Save as preset, Export YAML)."""
 from __future__ import annotations
 
 import html
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from app.checks import detect_gpus, plan
 from app.commands import DEFAULT_PRESET, export_yaml, list_presets, load_preset, save_preset, train_command
 from app.config import StudioConfig
 from app.fields import FormUI, Registry, field_info
 from app.form import Validation, field_doc, fields, spec_to_values, to_widget, validate_values
 from app.locales import t
 from app.sections import BuildContext, algorithm, data, model, output, resources, rewards, rollout
+from backend.checks import Machine, plan
 from backend.importers import import_any
 from backend.spec import RunSpec, SpecError
 
@@ -48,7 +49,6 @@ def validate_form(config: StudioConfig, values: dict[str, Any]) -> Validation:
     if isinstance(runs_dir, str) and runs_dir.strip() and not config.same_runs_dir(runs_dir):
         v.by_field.setdefault("output.runs_dir", []).append(
             f"this studio lists runs in {config.runs_dir_for_form()}; a run elsewhere would not show up here")
-        v.spec = v.spec if v.spec else None
     return v
 
 
@@ -61,12 +61,12 @@ def summary_md(v: Validation, lang: str) -> str:
     return f"**{t('invalid', lang, n=len(msgs))}**\n{items}{more}"
 
 
-def planner_md(spec: RunSpec | None, lang: str) -> str:
+def planner_md(spec: RunSpec | None, lang: str, base_dir: str | Path = ".") -> str:
     if spec is None:
         return ""
-    ok, lines = plan(spec, detect_gpus())
-    head = t("planner_ok" if ok else "planner_bad", lang)
-    return f"**{'✓' if ok else '⚠'} {head}** · " + " · ".join(html.escape(x) for x in lines)
+    verdict = plan(spec, Machine.detect(), base_dir)
+    head = t("planner_ok" if verdict.ok else "planner_bad", lang)
+    return f"**{'✓' if verdict.ok else '⚠'} {head}** · " + " · ".join(html.escape(x) for x in verdict.lines)
 
 
 def field_updates(v: Validation, prev: dict[str, str], lang: str, notes: dict[str, Any]
@@ -164,7 +164,7 @@ class BuildTab:
         notes = self.form.extras.get("notes", {})
         comp_updates, note_updates, state = field_updates(v, prev or {}, lang, notes)
         return [gr.update(interactive=v.ok), summary_md(v, lang),
-                planner_md(v.spec, lang) if v.spec else gr.skip(), state, *note_updates, *comp_updates]
+                planner_md(v.spec, lang, self.config.workspace.root) if v.spec else gr.skip(), state, *note_updates, *comp_updates]
 
     def fill(self, spec: RunSpec) -> list[Any]:
         vals = form_values_for(spec, self.config)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from app.paths import Workspace
 from app.store import RunStore
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from backend.project import PROJECT_ROOT
 
 
 @dataclass

@@ -24,7 +24,8 @@ from typing import Any, get_args
 
 import yaml
 
-from backend.spec import FieldDoc, RunSpec, SpecError, SpecIssue, check_spec, iter_fields, spec_from_dict
+from backend.checks import check
+from backend.spec import FieldDoc, RunSpec, SpecError, SpecIssue, iter_fields, spec_from_dict
 
 REWARD_HEADERS = ["name", "weight", "params"]
 
@@ -249,7 +250,7 @@ def validate_values(values: dict[str, Any], base_dir: str | Path, workspace: Any
         for i in err.issues:
             add(i)
         return v
-    for i in check_spec(spec, base_dir):
+    for i in check(spec, base_dir):  # the launcher's own check: what passes here starts
         add(i)
     if workspace is not None:
         for i in confinement_issues(spec, workspace):

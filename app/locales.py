@@ -83,7 +83,6 @@ UI: dict[str, dict[str, str]] = {
     "plugin_nofn": {"en": "the code defines no top-level function", "zh": "代码中没有顶层函数"},
     "test_rewards": {"en": "Test rewards on a few rows", "zh": "在几行数据上测试奖励"},
     "test_rows": {"en": "Rows to score", "zh": "测试行数"},
-    "rewards_unavailable": {"en": "The reward checker is not available yet ({err}).", "zh": "奖励检查器暂不可用（{err}）。"},
     "rewards_failed": {"en": "Reward test failed: {err}", "zh": "奖励测试失败：{err}"},
     "rewards_invalid": {"en": "Fix the form first: {err}", "zh": "请先修正表单：{err}"},
     "rewards_scored": {"en": "Scored {n} row(s).", "zh": "已评分 {n} 行。"},

@@ -11,7 +11,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.spec import is_hub_id, split_source
+from backend.data import is_hub_id, split_source
 
 
 class PathError(ValueError):

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import psutil
 
-from backend.preflight import check_runnable
+from backend.checks import validate_or_raise
+from backend.project import child_env
 from backend.rundir import ACTIVE_STATES, RunDir, new_run_dir, process_alive
-from backend.spec import RunSpec, SpecError, save_spec, validate_or_raise
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from backend.spec import RunSpec, save_spec
 
 
 def default_run_name(spec: RunSpec, preset: str = "") -> str:
@@ -29,9 +28,6 @@ def default_run_name(spec: RunSpec, preset: str = "") -> str:
 def create_run(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> RunDir:
     """Validate, then create the run directory with spec.yaml and a 'starting' status."""
     validate_or_raise(spec, base_dir)
-    issues = check_runnable(spec)
-    if issues:
-        raise SpecError(issues)
     runs_dir = Path(spec.output.runs_dir)
     if not runs_dir.is_absolute():
         runs_dir = Path(base_dir) / runs_dir
@@ -44,9 +40,7 @@ def create_run(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> R
 
 
 def _spawn(args: list[str], run: RunDir, base_dir: str | Path) -> int:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH", "")]))
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    env = child_env()
     with run.log_path.open("ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "backend.train", *args],

@@ -2,21 +2,19 @@
 
 Every option is declared here once, with its help text, default and bounds. The CLI
 (`--set section.field=value`), the YAML presets and the studio's forms are all derived from
-these declarations (see `iter_fields`). `check_spec` adds the cross-field checks that need
-more than one field or the file system, and names the field in every message.
+these declarations (see `iter_fields`). This module is the bottom of the backend: it imports
+nothing from data, rewards or engines. Whether a spec can run (cross-field rules, files, columns,
+rewards' needs, engines, GPUs) is decided one floor up, by `backend.checks`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from backend.rewards.registry import BUILTIN_REWARDS
 
 
 def _adv(**extra: Any) -> dict[str, Any]:
@@ -329,200 +327,3 @@ def iter_fields() -> list[FieldDoc]:
 def get_field(spec: RunSpec, path: str) -> Any:
     section, name = path.split(".")
     return getattr(getattr(spec, section), name)
-
-
-# ----------------------------------------------------------------------------- cross-field checks
-
-# built-in rewards that compare with the solution column
-SOLUTION_REWARDS = {"exact_match", "digit_match", "accuracy", "counting", "cosine"}
-SUPPORTED_DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-def split_source(source: str) -> tuple[str, int | None]:
-    """'train.jsonl#1800' -> ('train.jsonl', 1800). Raises ValueError on a bad count."""
-    path, sep, count = source.rpartition("#")
-    if not sep:
-        return source, None
-    if not count.isdigit() or int(count) < 1:
-        raise ValueError(f"sample count after '#' must be a positive integer, got {count!r}")
-    return path, int(count)
-
-
-def template_columns(template: str) -> list[str]:
-    """Column names a prompt template refers to ('{nums}' -> 'nums'); ValueError when malformed."""
-    import string
-
-    return [name for _, name, _, _ in string.Formatter().parse(template) if name]
-
-
-def is_hub_id(ref: str, base_dir: str | Path = ".") -> bool:
-    """A hub id looks like org/name and names nothing on disk under base_dir; 'assets/missing' is a
-    missing local path (its first component exists), not a hub id."""
-    base = Path(base_dir)
-    if Path(ref).expanduser().is_absolute() or (base / ref).exists() or not _HUB_ID.match(ref):
-        return False
-    return not (base / ref.split("/")[0]).exists()
-
-
-def plugin_function_names(path: str | Path) -> set[str]:
-    """Names a RunSpec may use from a plugin file (functions, @reward_function(name=...) aliases, names
-    imported with `from x import y`), read with ast without running it (the file runs only in the worker)."""
-    from backend.rewards.plugins import plugin_reward_names
-
-    return plugin_reward_names(path)
-
-
-def _source_columns(path: Path) -> set[str] | None:
-    """Columns of a local data source, read from its first row; None when it cannot be read cheaply."""
-    from backend.data import peek_columns
-
-    return peek_columns(path)
-
-
-def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
-    """Cross-field and file-system checks; empty list means launchable (hardware is checked at start)."""
-    base = Path(base_dir)
-    issues: list[SpecIssue] = []
-    a, r = spec.algorithm, spec.rollout
-
-    if spec.completions_per_step % a.gradient_accumulation_steps:
-        issues.append(SpecIssue(
-            "algorithm.gradient_accumulation_steps",
-            f"prompts_per_step x num_generations = {a.prompts_per_step} x {r.num_generations} = "
-            f"{spec.completions_per_step} completions must split evenly into {a.gradient_accumulation_steps} micro-batches"))
-    if a.epsilon_high and a.epsilon_high < a.epsilon:
-        issues.append(SpecIssue("algorithm.epsilon_high", f"must be 0 (same as epsilon) or >= epsilon ({a.epsilon})"))
-    if spec.output.eval_steps and not spec.data.eval_sources:
-        issues.append(SpecIssue("output.eval_steps", "evaluation every N steps needs data.eval_sources"))
-    if spec.model.finetune == "full" and spec.model.dtype == "float16":
-        issues.append(SpecIssue("model.dtype", "full fine-tuning in float16 underflows without loss scaling; "
-                                               "use bfloat16 (fp32 master weights) or float32"))
-    if a.warmup_steps > a.max_steps:
-        issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
-
-    # model
-    m = spec.model.name_or_path.strip()
-    if not m:
-        issues.append(SpecIssue("model.name_or_path", "is empty"))
-    elif not is_hub_id(m, base):
-        mp = (base / m).expanduser() if not Path(m).is_absolute() else Path(m)
-        if not mp.exists():
-            issues.append(SpecIssue("model.name_or_path", f"no such model directory: {m}"))
-        elif not (mp / "config.json").is_file():
-            issues.append(SpecIssue("model.name_or_path", f"{m} has no config.json: not a model directory"))
-    if spec.model.finetune == "lora" and not spec.model.lora_targets:
-        issues.append(SpecIssue("model.lora_targets", "LoRA needs at least one target module"))
-
-    # data
-    if not spec.data.sources:
-        issues.append(SpecIssue("data.sources", "at least one training source is needed"))
-    needed = {spec.data.prompt_column}
-    if spec.data.prompt_template:
-        try:
-            needed = set(template_columns(spec.data.prompt_template))
-            if any(not c.isidentifier() for c in needed) or "{}" in spec.data.prompt_template:
-                issues.append(SpecIssue("data.prompt_template", "name the columns, e.g. '{question}', not '{}' or '{0}'"))
-                needed = {c for c in needed if c.isidentifier()}
-        except ValueError as err:
-            issues.append(SpecIssue("data.prompt_template", f"malformed template: {err}"))
-            needed = set()
-    if any(f.name in SOLUTION_REWARDS for f in spec.rewards.functions):
-        needed.add(spec.data.solution_column)  # a missing solution would score every completion None: no signal
-    if spec.data.images_column:
-        needed.add(spec.data.images_column)
-    for field, sources in (("data.sources", spec.data.sources), ("data.eval_sources", spec.data.eval_sources)):
-        for src in sources:
-            try:
-                path, _ = split_source(src)
-            except ValueError as err:
-                issues.append(SpecIssue(field, f"{src}: {err}"))
-                continue
-            if is_hub_id(path, base):
-                continue  # hub datasets are checked when loaded
-            p = base / path if not Path(path).is_absolute() else Path(path)
-            if not p.exists():
-                issues.append(SpecIssue(field, f"no such file or directory: {path}"))
-                continue
-            if p.is_file() and p.suffix.lower() not in SUPPORTED_DATA_SUFFIXES:
-                issues.append(SpecIssue(field, f"{path}: unsupported format {p.suffix!r} "
-                                               f"(use {', '.join(SUPPORTED_DATA_SUFFIXES)} or a saved dataset directory)"))
-                continue
-            cols = _source_columns(p)
-            if cols is not None:
-                col_field = {spec.data.prompt_column: "data.prompt_column", spec.data.images_column: "data.images_column",
-                             spec.data.solution_column: "data.solution_column"}
-                col_field.update({c: "data.prompt_template" for c in needed if c not in col_field})
-                for c in sorted(needed - cols):
-                    issues.append(SpecIssue(col_field.get(c, field),
-                                            f"column {c!r} not in {path} (columns: {', '.join(sorted(cols))})"))
-
-    # rewards
-    names = set(BUILTIN_REWARDS)
-    for plugin in spec.rewards.plugins:
-        pp = base / plugin if not Path(plugin).is_absolute() else Path(plugin)
-        if not pp.is_file():
-            issues.append(SpecIssue("rewards.plugins", f"no such plugin file: {plugin}"))
-            continue
-        try:
-            names |= plugin_function_names(pp)
-        except SyntaxError as err:
-            issues.append(SpecIssue("rewards.plugins", f"{plugin} line {err.lineno}: {err.msg}"))
-    if not spec.rewards.functions:
-        issues.append(SpecIssue("rewards.functions", "at least one reward function is needed"))
-    seen: set[str] = set()
-    for fn in spec.rewards.functions:
-        if fn.name in seen:  # metrics and error counters are keyed by name
-            issues.append(SpecIssue("rewards.functions", f"{fn.name!r} is listed twice; give it one entry and one weight"))
-        seen.add(fn.name)
-        if fn.name not in names:
-            issues.append(SpecIssue("rewards.functions", f"unknown reward {fn.name!r} "
-                                                         f"(built-ins: {', '.join(sorted(BUILTIN_REWARDS))})"))
-        elif fn.name in BUILTIN_REWARDS:
-            err = BUILTIN_REWARDS[fn.name].check_params(fn.params)
-            if err:
-                issues.append(SpecIssue("rewards.functions", f"{fn.name}: {err}"))
-            path = fn.params.get("path")
-            if fn.name == "reward_model" and isinstance(path, str) and not is_hub_id(path, base):
-                rp = Path(path) if Path(path).is_absolute() else base / path
-                if not rp.is_dir():
-                    issues.append(SpecIssue("rewards.functions", f"reward_model: no such model directory: {path}"))
-
-    # placement
-    res = spec.resources
-    if r.placement == "separate":
-        if r.engine == "hf":
-            issues.append(SpecIssue("rollout.placement", "separate rollout GPUs need the vllm or lmdeploy engine"))
-        if not res.rollout_gpus:
-            issues.append(SpecIssue("resources.rollout_gpus", "placement 'separate' needs at least one rollout GPU"))
-        overlap = set(res.train_gpus) & set(res.rollout_gpus)
-        if overlap:
-            issues.append(SpecIssue("resources.rollout_gpus",
-                                    f"GPUs {sorted(overlap)} are in both train_gpus and rollout_gpus"))
-        if res.rollout_gpus and len(res.rollout_gpus) != r.tensor_parallel_size * r.data_parallel_size:
-            issues.append(SpecIssue(
-                "resources.rollout_gpus",
-                f"{len(res.rollout_gpus)} rollout GPUs do not match tensor_parallel_size x data_parallel_size "
-                f"= {r.tensor_parallel_size} x {r.data_parallel_size}"))
-    for field, gpus in (("resources.train_gpus", res.train_gpus), ("resources.rollout_gpus", res.rollout_gpus)):
-        if len(set(gpus)) != len(gpus):
-            issues.append(SpecIssue(field, "lists a GPU twice"))
-        if any(g < 0 for g in gpus):
-            issues.append(SpecIssue(field, "GPU indices are >= 0"))
-    if r.engine != "hf" and res.device == "cpu":
-        issues.append(SpecIssue("rollout.engine", f"{r.engine} needs GPUs; use engine hf on cpu"))
-    if res.device == "cpu" and (res.train_gpus or res.rollout_gpus):
-        issues.append(SpecIssue("resources.device", "device cpu cannot use train_gpus/rollout_gpus"))
-    if res.deepspeed_stage and res.device == "cpu":
-        issues.append(SpecIssue("resources.deepspeed_stage", "DeepSpeed needs GPUs; use stage 0 on cpu"))
-
-    if not re.fullmatch(r"[\w.-]*", spec.output.run_name):
-        issues.append(SpecIssue("output.run_name", "use letters, digits, '.', '-' and '_' only"))
-    return issues
-
-
-def validate_or_raise(spec: RunSpec, base_dir: str | Path = ".") -> RunSpec:
-    issues = check_spec(spec, base_dir)
-    if issues:
-        raise SpecError(issues)
-    return spec

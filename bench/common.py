@@ -24,7 +24,7 @@ def tiny_spec(overrides: list[str] | None = None) -> RunSpec:
 
 def run_ours(spec: RunSpec, on_step: Any = None) -> list[dict[str, Any]]:
     """Train in this process; returns the metrics rows."""
-    from backend.trainer import GRPOTrainer
+    from backend.train.loop import GRPOTrainer
 
     with tempfile.TemporaryDirectory() as tmp:
         spec = spec.model_copy(deep=True)

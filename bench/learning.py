@@ -18,9 +18,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backend.data import load_rows
-from backend.engines.hf import HFEngine
-from backend.evaluate import greedy_eval
+from backend.eval.greedy import greedy_eval
 from backend.rewards.scorer import RewardScorer
+from backend.rollout.hf import HFEngine
 from backend.spec import RunSpec, load_spec
 from bench.common import ROOT, TINY, run_ours, trl_trainer
 

@@ -1,4 +1,4 @@
-"""Build-tab helpers: model check without weights, data preview, GPU planner, reward test, presets, command."""
+"""Build-page helpers: model check without weights, data preview, GPU planner, reward test, presets, command."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from app.checks import estimate_params, human_count, model_summary, plan, preview_rows, read_rows, score_rewards
 from app.commands import export_yaml, list_presets, load_preset, preset_path, save_preset, train_command
+from app.data_preview import preview_rows
+from app.model_info import estimate_params, human_count, model_summary
+from app.reward_test import score_rewards
+from backend.checks import GPU, Machine, plan
+from backend.data import DataError, head_rows
 from backend.spec import apply_overrides, load_spec, spec_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,36 +42,37 @@ def test_read_rows_formats(tmp_path):
 
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "a.parquet")
     for name in ("a.jsonl", "a.json", "a.csv", "a.parquet"):
-        assert read_rows(tmp_path / name, 1) == rows[:1], name
-    with pytest.raises(ValueError):
-        read_rows(tmp_path / "a.txt", 1)
+        assert head_rows(tmp_path / name, 1) == rows[:1], name
+    with pytest.raises(DataError):
+        head_rows(tmp_path / "a.txt", 1)
 
 
 def test_preview_shows_prompts_as_the_model_sees_them(tmp_path):
     spec = load_spec(TINY, ["data.system_prompt=Add."])
     rows, note = preview_rows(spec, ROOT, n=2)
     assert len(rows) == 2 and note == ""
-    first = read_rows(ROOT / "assets" / "data" / "add_train.jsonl", 1)[0]
+    first = head_rows(ROOT / "assets" / "data" / "add_train.jsonl", 1)[0]
     assert rows[0]["rendered"] == f"Add.\n{first['prompt']}"  # tiny-add has no chat template
     assert rows[0]["columns"] == first
 
 
 def test_planner_on_cpu_and_gpus():
     spec = load_spec(TINY)
-    ok, lines = plan(spec, ())
-    assert ok and "CPU" in lines[0]
+    cpu = Machine()
+    verdict = plan(spec, cpu, ROOT)
+    assert verdict.ok and "CPU" in verdict.lines[0]
     cuda = spec_from_dict(apply_overrides(spec.model_dump(mode="json"), ["resources.device=cuda"]))
-    assert not plan(cuda, ())[0]
-    gpus = tuple((i, "H100", 80.0) for i in range(4))
+    assert not plan(cuda, cpu, ROOT).ok
+    gpus = Machine(tuple(GPU(i, "H100", 80.0) for i in range(4)), frozenset({"hf", "vllm"}))
     sep = spec_from_dict(apply_overrides(spec.model_dump(mode="json"), [
         "rollout.engine=vllm", "rollout.placement=separate", "resources.train_gpus=[0, 1]",
         "resources.rollout_gpus=[2, 3]", "rollout.tensor_parallel_size=2"]))
-    ok, lines = plan(sep, gpus)
-    assert ok and "training on GPUs [0, 1]" in lines[0] and "[2, 3]" in lines[0]
-    assert any("data parallel" in x for x in lines)
+    verdict = plan(sep, gpus, ROOT)
+    assert "training on GPUs [0, 1]" in verdict.lines[0] and "[2, 3]" in verdict.lines[0]
+    assert any("data parallel" in x for x in verdict.lines)
     missing = spec_from_dict(apply_overrides(sep.model_dump(mode="json"), ["resources.rollout_gpus=[2, 7]"]))
-    ok, lines = plan(missing, gpus)
-    assert not ok and "not visible" in lines[0]
+    verdict = plan(missing, gpus, ROOT)
+    assert not verdict.ok and any("not visible" in x for x in verdict.lines)
 
 
 def test_reward_test_runs_in_a_subprocess():

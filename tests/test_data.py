@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from backend.checks import check_spec
 from backend.data import DataError, PromptSampler, load_rows, render_prompt
-from backend.spec import DataSection, check_spec, load_spec
+from backend.spec import DataSection, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = [{"prompt": f"{i}+1=", "solution": str(i + 1)[::-1]} for i in range(10)]

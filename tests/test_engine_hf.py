@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from backend.engines.base import PromptInput, SamplingParams
-from backend.engines.hf import HFEngine, filter_logits, left_pad, positions
-from backend.grpo import selective_log_softmax
+from backend.rollout.base import PromptInput, SamplingParams
+from backend.rollout.hf import HFEngine, filter_logits, left_pad, positions
+from backend.train.grpo import selective_log_softmax
 
 ROOT = Path(__file__).resolve().parent.parent
 

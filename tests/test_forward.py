@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from backend.engines.hf import left_pad
-from backend.forward import completion_logits
-from backend.grpo import selective_log_softmax
+from backend.rollout.hf import left_pad
+from backend.train.forward import completion_logits
+from backend.train.grpo import selective_log_softmax
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from backend import grpo
+from backend.train import grpo
 
 # Two completions, three token slots. Sequence 0 has 2 real tokens, sequence 1 has 3.
 LOGPS = [[-1.0, -2.0, -0.5], [-0.5, -1.0, -0.3]]

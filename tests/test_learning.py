@@ -13,13 +13,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backend.data import load_rows
-from backend.engines.hf import HFEngine
-from backend.evaluate import greedy_eval
+from backend.eval.greedy import greedy_eval
 from backend.launcher import create_run
 from backend.rewards.scorer import RewardScorer
+from backend.rollout.hf import HFEngine
 from backend.rundir import read_jsonl
 from backend.spec import load_spec
-from backend.trainer import GRPOTrainer
+from backend.train.loop import GRPOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
+from backend.checks import check_spec
 from backend.rewards.registry import BUILTIN_REWARDS
 from backend.rewards.tasks import countdown_equation
 from backend.rewards.text import last_boxed
-from backend.spec import RewardFunction, RunSpec, check_spec
+from backend.spec import RewardFunction, RunSpec
 
 
 def score(name: str, completions: list[Any], params: dict[str, Any] | None = None, **columns: Any) -> list[Any]:

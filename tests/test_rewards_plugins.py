@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from backend.checks import check_spec
 from backend.rewards.plugins import read_plugin
 from backend.rewards.scorer import RewardError, RewardScorer
-from backend.spec import RewardFunction, RewardsSection, RunSpec, check_spec
+from backend.spec import RewardFunction, RewardsSection, RunSpec
 
 PLUGINS = Path(__file__).parent / "plugins"
 COMPAT, BAD, DECORATED = PLUGINS / "compat_rewards.py", PLUGINS / "bad_rewards.py", PLUGINS / "decorated_rewards.py"

@@ -11,7 +11,7 @@ from backend.launcher import create_run
 from backend.rewards.scorer import RewardError
 from backend.rundir import RunDir, read_jsonl
 from backend.spec import load_spec
-from backend.trainer import GRPOTrainer
+from backend.train.loop import GRPOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "presets/tiny-cpu.yaml"

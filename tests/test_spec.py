@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from backend.spec import RunSpec, SpecError, apply_overrides, check_spec, iter_fields, load_spec, spec_from_dict
-from backend.train import main as train_main
+from backend.checks import check_spec
+from backend.spec import RunSpec, SpecError, apply_overrides, iter_fields, load_spec, spec_from_dict
+from backend.train.cli import main as train_main
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = sorted((ROOT / "presets").glob("*.yaml"))

@@ -10,14 +10,14 @@ from typing import Any
 
 import gradio as gr
 
-from app.checks import preview_rows
+from app.data_preview import preview_rows
 from app.fields import section_fields
 from app.form import FieldValueError, field_doc, from_widget, values_to_spec
 from app.locales import t
 from app.paths import PathError
 from app.sections import BuildContext
-from backend.data import peek_columns
-from backend.spec import SpecError, is_hub_id, split_source
+from backend.data import is_hub_id, peek_columns, split_source
+from backend.spec import SpecError
 
 
 def detect_columns(ctx: BuildContext, sources_text: str, lang: str) -> tuple[list[str], str]:

@@ -6,9 +6,9 @@ import json
 
 import gradio as gr
 
-from app.checks import find_model_dir, human_count, model_summary
 from app.fields import section_fields
 from app.locales import t
+from app.model_info import find_model_dir, human_count, model_summary
 from app.sections import BuildContext
 
 

@@ -7,15 +7,15 @@ from typing import Any
 
 import gradio as gr
 
-from app.checks import detect_gpus
 from app.fields import section_fields
 from app.form import FieldValueError, field_doc, from_widget
 from app.locales import t
 from app.sections import BuildContext
+from backend.checks import GPU, detect_gpus
 
 
-def chip_label(gpu: tuple[int, str, float]) -> str:
-    return f"GPU {gpu[0]} · {gpu[1]} · {gpu[2]:.0f} GiB"
+def chip_label(gpu: GPU) -> str:
+    return f"GPU {gpu.index} · {gpu.name} · {gpu.memory_gib:.0f} GiB"
 
 
 def _ints(text: str, path: str) -> list[int]:
@@ -37,7 +37,7 @@ def build(ctx: BuildContext) -> None:
         else:
             found = gr.Markdown(t("gpu_found", ctx.lang, gpus=len(gpus)))
             ctx.reg.add(found, lambda lang: {"value": t("gpu_found", lang, gpus=len(gpus))})
-            choices = [(chip_label(g), g[0]) for g in gpus]
+            choices = [(chip_label(g), g.index) for g in gpus]
             with gr.Row():
                 train = gr.CheckboxGroup(choices, value=_ints(ctx.values["resources.train_gpus"], "resources.train_gpus"),
                                          label=t("train_chips", ctx.lang), elem_id="gpu-train-chips")
@@ -60,7 +60,7 @@ def build(ctx: BuildContext) -> None:
         return ", ".join(str(i) for i in sorted(sel or []))
 
     def text_to_chips(text: str, path: str) -> Any:
-        return [i for i in _ints(text, path) if any(g[0] == i for g in gpus)]
+        return [i for i in _ints(text, path) if any(g.index == i for g in gpus)]
 
     train.input(chips_to_text, train, comps["resources.train_gpus"], queue=False)
     roll.input(chips_to_text, roll, comps["resources.rollout_gpus"], queue=False)

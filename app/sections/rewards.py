@@ -10,11 +10,11 @@ from typing import Any
 
 import gradio as gr
 
-from app.checks import score_rewards
 from app.fields import section_fields
 from app.form import values_to_spec
 from app.locales import t
 from app.paths import PathError, safe_filename
+from app.reward_test import score_rewards
 from app.sections import BuildContext
 from backend.rewards.registry import BUILTIN_REWARDS
 from backend.spec import SpecError
@@ -94,8 +94,6 @@ SUMMARY_KEYS = ("source", "function", "weight", "scored", "n", "mean", "std", "m
 def render_scores(result: dict[str, Any], lang: str) -> tuple[Any, Any, str]:
     """(per-function summary table, per-sample table, message) for a reward check result."""
     hidden = gr.update(value=None, visible=False)
-    if "unavailable" in result:
-        return hidden, hidden, "⚠ " + t("rewards_unavailable", lang, err=result["unavailable"])
     if "error" in result:
         return hidden, hidden, "⚠ " + html.escape(t("rewards_failed", lang, err=result["error"]))
     funcs, samples = result.get("functions") or [], result.get("samples") or []

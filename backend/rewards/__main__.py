@@ -12,9 +12,10 @@ import json
 import sys
 from pathlib import Path
 
+from backend.checks import check_spec
 from backend.rewards.check import SOURCES, format_table, run_check
 from backend.rewards.registry import BUILTIN_REWARDS
-from backend.spec import SpecError, check_spec, load_spec
+from backend.spec import SpecError, load_spec
 
 
 def _list() -> int:

@@ -19,7 +19,7 @@ from backend.rewards.text import completion_text, lengths
 _text = completion_text  # kept for callers of the first version
 
 
-@builtin("exact_match")
+@builtin("exact_match", needs=("solution",))
 def exact_match(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
                 **_: Any) -> list[float | None]:
     """1 if the completion, stripped of surrounding white space, equals the solution exactly, else 0.
@@ -29,7 +29,7 @@ def exact_match(completions: list[Any], prompts: list[Any] | None = None, soluti
             for c, s in zip(completions, sols, strict=True)]
 
 
-@builtin("digit_match")
+@builtin("digit_match", needs=("solution",))
 def digit_match(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
                 **_: Any) -> list[float | None]:
     """Positional character agreement: #{i : c[i] == s[i]} / max(len(c), len(s)) on stripped strings,

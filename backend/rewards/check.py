@@ -68,7 +68,7 @@ def _has_chat_template(spec: RunSpec, base_dir: Path) -> bool:
     this reads its files, sparing the studio the import of transformers (and torch) for a quick check."""
     import json
 
-    from backend.spec import is_hub_id
+    from backend.data import is_hub_id
 
     if spec.data.chat_template == "off":
         return False
@@ -88,7 +88,7 @@ def _tokenizer(spec: RunSpec, base_dir: Path) -> Any:
     try:
         from transformers import AutoTokenizer
 
-        from backend.spec import is_hub_id
+        from backend.data import is_hub_id
 
         ref = spec.model.name_or_path
         path = ref if is_hub_id(ref) or Path(ref).is_absolute() else str(base_dir / ref)
@@ -110,9 +110,9 @@ def _model_completions(spec: RunSpec, base_dir: Path, tokenizer: Any, prompts: l
     """One sampled completion per prompt from the spec's model, with the spec's sampling settings."""
     import torch
 
-    from backend.engines.base import PromptInput, SamplingParams
-    from backend.engines.hf import HFEngine
-    from backend.model_builder import load_base
+    from backend.models import load_base
+    from backend.rollout.base import PromptInput, SamplingParams
+    from backend.rollout.hf import HFEngine
 
     if tokenizer is None:
         raise RuntimeError(f"cannot load the tokenizer of {spec.model.name_or_path}")

@@ -110,7 +110,7 @@ def _solutions(solution: list[Any] | None, n: int) -> list[Any]:
     return list(solution) if solution is not None else [None] * n
 
 
-@builtin("accuracy", isolate=True)
+@builtin("accuracy", isolate=True, needs=("solution",))
 def accuracy(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
              **_: Any) -> list[float | None]:
     """1 if math-verify finds the answer equal to the `solution` column, else 0.
@@ -129,7 +129,7 @@ class CosineParams(BaseModel):
     max_len: int = Field(1000, ge=1, description="Length at which the cosine reaches its end (tokens or characters).")
 
 
-@builtin("cosine", CosineParams, isolate=True)
+@builtin("cosine", CosineParams, isolate=True, needs=("solution",))
 def cosine(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
            completion_ids: list[list[int]] | None = None, *, min_value_wrong: float = -1.0,
            max_value_wrong: float = -0.5, min_value_correct: float = 0.5, max_value_correct: float = 1.0,
@@ -150,7 +150,7 @@ def cosine(completions: list[Any], prompts: list[Any] | None = None, solution: l
     return out
 
 
-@builtin("length", isolate=True)
+@builtin("length", isolate=True, needs=("solution",))
 def length(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
            completion_ids: list[list[int]] | None = None, **_: Any) -> list[float | None]:
     """Length penalty within each prompt's group (Kimi k1.5): lam = 0.5 - (L - L_min) / (L_max - L_min),

@@ -4,9 +4,13 @@ A reward function has the TRL signature `fn(completions, prompts, **columns) -> 
 dataset columns arrive by name (the solution column as `solution`). None means "cannot score this
 sample" and is excluded from that function's mean instead of counting as 0.
 
-Parameters of a built-in are a pydantic model, validated by `check_spec` before launch and passed to
-the function as keyword arguments. A stateful built-in (a reward model that loads weights once) is
-registered with `stateful=True`: the decorated callable is then a factory
+Parameters of a built-in are a pydantic model, validated by `backend.checks` before launch and passed
+to the function as keyword arguments. `needs` declares the dataset columns a built-in reads ("solution"
+stands for `data.solution_column`), or a function of its validated params that names them; the
+capability check refuses a spec whose data lacks one, since every score would be None.
+
+A stateful built-in (a reward model that loads weights once) is registered with `stateful=True`:
+the decorated callable is then a factory
 `make(params, device=..., base_dir=...) -> reward function`.
 
 `isolate=True` marks a built-in that runs in the reward worker rather than in the trainer: those that
@@ -39,6 +43,13 @@ class BuiltinReward:
     doc: str
     stateful: bool = False
     isolate: bool = False
+    needs: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = ()
+
+    def required_columns(self, params: dict[str, Any]) -> tuple[str, ...]:
+        """Dataset columns this reward reads with these params ('solution' = the solution column)."""
+        if callable(self.needs):
+            return tuple(self.needs(self.params_model.model_validate(params)))
+        return self.needs
 
     def check_params(self, params: dict[str, Any]) -> str | None:
         try:
@@ -69,11 +80,11 @@ class BuiltinReward:
 BUILTIN_REWARDS: dict[str, BuiltinReward] = {}
 
 
-def builtin(name: str, params_model: type[BaseModel] = NoParams, stateful: bool = False,
-            isolate: bool = False) -> Callable[[RewardFn], RewardFn]:
+def builtin(name: str, params_model: type[BaseModel] = NoParams, stateful: bool = False, isolate: bool = False,
+            needs: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = ()) -> Callable[[RewardFn], RewardFn]:
     def register(fn: RewardFn) -> RewardFn:
         doc = inspect.cleandoc(fn.__doc__ or "")
-        BUILTIN_REWARDS[name] = BuiltinReward(name, fn, params_model, doc, stateful, isolate)
+        BUILTIN_REWARDS[name] = BuiltinReward(name, fn, params_model, doc, stateful, isolate, needs)
         return fn
 
     return register

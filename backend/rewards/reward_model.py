@@ -41,7 +41,7 @@ class RewardModel:
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from backend.spec import is_hub_id
+        from backend.data import is_hub_id
 
         path = params.path
         if not is_hub_id(path, base_dir) and not Path(path).is_absolute():

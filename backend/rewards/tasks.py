@@ -59,7 +59,7 @@ class CountdownParams(BaseModel):
                                             "(TinyZero uses 0.1; 0 = plain 1/0).")
 
 
-@builtin("countdown", CountdownParams)
+@builtin("countdown", CountdownParams, needs=lambda p: (p.nums_column, p.target_column))
 def countdown(completions: list[Any], prompts: list[Any] | None = None, *, nums_column: str = "nums",
               target_column: str = "target", format_score: float = 0.0, **columns: Any) -> list[float | None]:
     """1 if the equation in the last <answer>…</answer> uses each number of `nums` exactly once, only
@@ -101,7 +101,7 @@ def count_of(text: str) -> float | None:
     return float(words[-1]) if words else None
 
 
-@builtin("counting")
+@builtin("counting", needs=("solution",))
 def counting(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
              **_: Any) -> list[float | None]:
     """1 if the count in <answer>…</answer> (its last number, digits or words) equals the `solution` count,

@@ -37,9 +37,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from backend.project import child_env
+
 STARTUP_TIMEOUT_S = 60.0  # importing plugins (torch, an API client) can be slow; at least this long to start
 ISOLATE_BUDGET_S = 2.0  # time spent finding the first failing sample after an exception
-_ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the `backend` package
 
 
 class WorkerError(RuntimeError):
@@ -259,8 +260,7 @@ class RewardWorker:
     def start(self) -> None:
         self.kill()
         parent, child = Pipe(duplex=True)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH", "")) if p)
+        env = child_env()
         fd = child.fileno()
         self.proc = subprocess.Popen([sys.executable, "-m", "backend.rewards.worker", str(fd)], pass_fds=(fd,),
                                      env=env, stdin=subprocess.DEVNULL, stdout=2, start_new_session=True)

@@ -14,7 +14,7 @@ import contextlib
 import torch
 from transformers import DynamicCache
 
-from backend.engines.hf import positions
+from backend.rollout.hf import positions
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:

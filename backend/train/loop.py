@@ -26,28 +26,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from backend import grpo
 from backend.data import PromptSampler, load_rows, render_prompt
-from backend.engines.base import PromptInput, RolloutEngine, SamplingParams
-from backend.engines.hf import HFEngine, left_pad
-from backend.evaluate import greedy_eval
-from backend.forward import autocast, completion_logits
-from backend.model_builder import (
+from backend.eval.greedy import greedy_eval
+from backend.models import compute_dtype, load_tokenizer, resolve_device
+from backend.rewards.scorer import RewardScorer
+from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams
+from backend.rollout.hf import HFEngine, left_pad
+from backend.rundir import RunDir
+from backend.spec import RunSpec
+from backend.train import grpo
+from backend.train.builders import (
     build_engine,
     build_optimizer,
     build_policy,
     build_reference,
     build_scheduler,
-    compute_dtype,
-    load_tokenizer,
-    resolve_device,
 )
-from backend.rewards.scorer import RewardScorer
-from backend.rundir import RunDir
-from backend.signals import STOP
-from backend.sinks import make_sinks
-from backend.spec import RunSpec
-from backend.telemetry import Telemetry
+from backend.train.forward import autocast, completion_logits
+from backend.train.signals import STOP
+from backend.train.sinks import make_sinks
+from backend.train.telemetry import Telemetry
 
 
 @dataclass

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         tee = not args.run_dir
         base_dir = Path(run.read_status().get("base_dir") or base_dir)
 
-    from backend import signals
+    from backend.train import signals
 
     signals.install()  # before the heavy imports below: an early SIGTERM still ends in 'stopped'
     print(run.path, flush=True)
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     import psutil
 
     run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
-    from backend.trainer import GRPOTrainer, error_summary
+    from backend.train.loop import GRPOTrainer, error_summary
 
     try:
         trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
@@ -134,5 +134,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())

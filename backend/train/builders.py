@@ -1,4 +1,4 @@
-"""Builders: policy, reference, tokenizer, optimizer, scheduler, rollout engine, from a RunSpec."""
+"""Builders: policy, reference, optimizer, scheduler, rollout engine, from a RunSpec (loading is backend.models)."""
 
 from __future__ import annotations
 
@@ -6,52 +6,11 @@ import copy
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, get_scheduler
+from transformers import PreTrainedModel, get_scheduler
 
-from backend.engines.base import RolloutEngine
-from backend.spec import RunSpec, is_hub_id
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
-
-
-def resolve_device(spec: RunSpec) -> torch.device:
-    want = spec.resources.device
-    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise RuntimeError("resources.device is 'cuda' but no CUDA GPU is visible; use device cpu or auto")
-        gpus = spec.resources.train_gpus  # one at most: backend.preflight rejects more before launch
-        return torch.device(f"cuda:{gpus[0]}" if gpus else "cuda")
-    return torch.device("cpu")
-
-
-def model_ref(spec: RunSpec, base_dir: Path) -> str:
-    ref = spec.model.name_or_path
-    if is_hub_id(ref, base_dir) or Path(ref).is_absolute():
-        return ref
-    return str(base_dir / ref)
-
-
-def load_tokenizer(spec: RunSpec, base_dir: Path):
-    tok = AutoTokenizer.from_pretrained(model_ref(spec, base_dir), trust_remote_code=spec.model.trust_remote_code)
-    tok.padding_side = "left"
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return tok
-
-
-def compute_dtype(spec: RunSpec) -> torch.dtype | None:
-    """Full fine-tuning in bf16 keeps fp32 master weights (bf16 weights would swallow small Adam updates)
-    and computes under bf16 autocast; this is that autocast dtype, or None for plain compute."""
-    return torch.bfloat16 if spec.model.finetune == "full" and spec.model.dtype == "bfloat16" else None
-
-
-def load_base(spec: RunSpec, base_dir: Path, device: torch.device, weights: str | None = None,
-              dtype: torch.dtype | str | None = None) -> PreTrainedModel:
-    model = AutoModelForCausalLM.from_pretrained(
-        weights or model_ref(spec, base_dir), dtype=dtype or DTYPES[spec.model.dtype],
-        trust_remote_code=spec.model.trust_remote_code,
-    )
-    return model.to(device)
+from backend.models import compute_dtype, load_base
+from backend.rollout.base import RolloutEngine
+from backend.spec import RunSpec
 
 
 def build_policy(spec: RunSpec, base_dir: Path, device: torch.device, checkpoint: Path | None = None):
@@ -113,7 +72,7 @@ def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype |
     with its own copy, refreshed after each update, so generation overlaps training."""
     r = spec.rollout
     if r.engine == "hf":
-        from backend.engines.hf import HFEngine
+        from backend.rollout.hf import HFEngine
 
         model = copy.deepcopy(policy).eval() if r.async_generation else policy
         if r.async_generation:

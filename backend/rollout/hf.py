@@ -14,7 +14,7 @@ from dataclasses import replace
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from backend.engines.base import Completion, PromptInput, SamplingParams
+from backend.rollout.base import Completion, PromptInput, SamplingParams
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """Rollout engines behind one interface (see base.py); `make_engine` picks one from the RunSpec."""
 
-from backend.engines.base import Completion, RolloutEngine, SamplingParams
+from backend.rollout.base import Completion, RolloutEngine, SamplingParams
 
 __all__ = ["Completion", "RolloutEngine", "SamplingParams"]

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from backend.data import render_prompt
-from backend.engines.base import PromptInput, RolloutEngine, SamplingParams
+from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams
 from backend.spec import DataSection
 
 

@@ -1,0 +1,379 @@
+"""Can this spec run? The one capability check, above RunSpec, data, rewards and engines.
+
+Two layers, one module, so no rule lives in two places:
+- `check_spec(spec, base_dir)`: is the spec well formed wherever it runs: cross-field rules, files
+  and their rows, columns the prompt and the rewards need, plugins, reward parameters, the shape of
+  a GPU split. The presets for GPU clusters pass it on any machine.
+- `check_machine(spec, machine)`: can it start on this machine: engines installed, GPUs visible,
+  the hub reachable for hub ids that are not cached.
+`check(spec, base_dir, machine)` is both, and is what the CLI, the launcher and the studio's form
+and planner call: a spec the planner calls OK is a spec the launcher starts. Every message names
+the field it is about.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from backend.data import SUPPORTED_DATA_SUFFIXES, is_hub_id, scan_source, split_source, template_columns
+from backend.rewards.plugins import plugin_reward_names
+from backend.rewards.registry import BUILTIN_REWARDS
+from backend.spec import RunSpec, SpecError, SpecIssue
+
+# ----------------------------------------------------------------------------- the machine
+
+
+@dataclass(frozen=True)
+class GPU:
+    index: int
+    name: str
+    memory_gib: float
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this machine offers a run. Tests build their own; `Machine.detect()` reads the real one."""
+
+    gpus: tuple[GPU, ...] = ()
+    engines: frozenset[str] = frozenset({"hf"})
+    hub_reachable: bool = False
+
+    @staticmethod
+    def detect() -> Machine:
+        return _detect_machine()
+
+
+@lru_cache(maxsize=1)
+def detect_gpus() -> tuple[GPU, ...]:
+    """Visible NVIDIA GPUs via nvidia-smi (no torch import, so the studio stays light); () when none."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=5, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[0].isdigit():
+            try:
+                gpus.append(GPU(int(parts[0]), parts[1], float(parts[2]) / 1024))
+            except ValueError:
+                continue
+    if visible is not None:  # torch renumbers the visible ones from 0
+        keep = [int(v) for v in visible.split(",") if v.strip().isdigit()]
+        gpus = [GPU(i, g.name, g.memory_gib) for i, g in enumerate(g for g in gpus if g.index in keep)]
+    return tuple(gpus)
+
+
+def installed_engines() -> frozenset[str]:
+    engines = {"hf"}
+    for name in ("vllm", "lmdeploy"):
+        if importlib.util.find_spec(name) is not None:
+            engines.add(name)
+    return frozenset(engines)
+
+
+@lru_cache(maxsize=1)
+def hub_reachable() -> bool:
+    """Whether the model hub answers from here (offline mode and a failed connect both say no)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=1.5):
+            return True
+    except OSError:
+        return False
+
+
+@lru_cache(maxsize=1)
+def _detect_machine() -> Machine:
+    return Machine(detect_gpus(), installed_engines(), hub_reachable())
+
+
+def _hub_cached(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:
+        return False
+
+
+# ----------------------------------------------------------------------------- well-formed anywhere
+
+
+def _local(base: Path, ref: str) -> Path:
+    p = Path(ref).expanduser()
+    return p if p.is_absolute() else base / p
+
+
+def _prompt_columns(spec: RunSpec, issues: list[SpecIssue]) -> dict[str, str]:
+    """Columns the prompt needs -> the field that asks for them."""
+    d = spec.data
+    if not d.prompt_template:
+        return {d.prompt_column: "data.prompt_column"}
+    try:
+        cols = template_columns(d.prompt_template)
+    except ValueError as err:
+        issues.append(SpecIssue("data.prompt_template", f"malformed template: {err}"))
+        return {}
+    if any(not c.isidentifier() for c in cols) or "{}" in d.prompt_template:
+        issues.append(SpecIssue("data.prompt_template", "name the columns, e.g. '{question}', not '{}' or '{0}'"))
+    return {c: "data.prompt_template" for c in cols if c.isidentifier()}
+
+
+def _reward_columns(spec: RunSpec) -> dict[str, str]:
+    """Columns the built-in rewards need (from the registry) -> 'rewards.functions' (solution: its own field)."""
+    out: dict[str, str] = {}
+    for fn in spec.rewards.functions:
+        reward = BUILTIN_REWARDS.get(fn.name)
+        if reward is None or reward.check_params(fn.params):
+            continue
+        for col in reward.required_columns(fn.params):
+            if col == "solution":
+                out.setdefault(spec.data.solution_column, "data.solution_column")
+            else:
+                out.setdefault(col, "rewards.functions")
+    return out
+
+
+def _check_model(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
+    m = spec.model.name_or_path.strip()
+    if not m:
+        issues.append(SpecIssue("model.name_or_path", "is empty"))
+    elif not is_hub_id(m, base):
+        mp = _local(base, m)
+        if not mp.exists():
+            issues.append(SpecIssue("model.name_or_path", f"no such model directory: {m}"))
+        elif not (mp / "config.json").is_file():
+            issues.append(SpecIssue("model.name_or_path", f"{m} has no config.json: not a model directory"))
+    if spec.model.finetune == "lora" and not spec.model.lora_targets:
+        issues.append(SpecIssue("model.lora_targets", "LoRA needs at least one target module"))
+    if spec.model.finetune == "full" and spec.model.dtype == "float16":
+        issues.append(SpecIssue("model.dtype", "full fine-tuning in float16 underflows without loss scaling; "
+                                               "use bfloat16 (fp32 master weights) or float32"))
+
+
+def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
+    if not spec.data.sources:
+        issues.append(SpecIssue("data.sources", "at least one training source is needed"))
+    needed = _prompt_columns(spec, issues)
+    train_needs = {**needed, **_reward_columns(spec)}  # a reward's missing column would score every completion None
+    if spec.data.images_column:
+        train_needs[spec.data.images_column] = "data.images_column"
+    for fld, sources, cols in (("data.sources", spec.data.sources, train_needs),
+                               ("data.eval_sources", spec.data.eval_sources, train_needs)):
+        for src in sources:
+            try:
+                path, _ = split_source(src)
+            except ValueError as err:
+                issues.append(SpecIssue(fld, f"{src}: {err}"))
+                continue
+            if is_hub_id(path, base):
+                continue  # hub datasets are checked when loaded
+            p = _local(base, path)
+            if not p.exists():
+                issues.append(SpecIssue(fld, f"no such file or directory: {path}"))
+                continue
+            if p.is_file() and p.suffix.lower() not in SUPPORTED_DATA_SUFFIXES:
+                issues.append(SpecIssue(fld, f"{path}: unsupported format {p.suffix!r} "
+                                             f"(use {', '.join(SUPPORTED_DATA_SUFFIXES)} or a saved dataset directory)"))
+                continue
+            scan = scan_source(p, list(cols))
+            if scan.error:
+                issues.append(SpecIssue(fld, f"{path}: {scan.error}"))
+                continue
+            for col in sorted(scan.missing):
+                where = f"column {col!r} not in {path}" if scan.absent(col) else f"{path} {scan.missing[col]}: no {col!r} column"
+                issues.append(SpecIssue(cols[col], where + _needed_by(spec, col, cols[col])
+                                        + f" (columns: {', '.join(sorted(scan.columns))})"))
+
+
+def _needed_by(spec: RunSpec, col: str, fld: str) -> str:
+    if fld not in ("data.solution_column", "rewards.functions"):
+        return ""
+    users = [f.name for f in spec.rewards.functions if f.name in BUILTIN_REWARDS
+             and not BUILTIN_REWARDS[f.name].check_params(f.params)
+             and col in [spec.data.solution_column if c == "solution" else c
+                         for c in BUILTIN_REWARDS[f.name].required_columns(f.params)]]
+    return f", which reward {', '.join(users)} needs" if users else ""
+
+
+def _check_rewards(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
+    names = set(BUILTIN_REWARDS)
+    for plugin in spec.rewards.plugins:
+        pp = _local(base, plugin)
+        if not pp.is_file():
+            issues.append(SpecIssue("rewards.plugins", f"no such plugin file: {plugin}"))
+            continue
+        try:
+            names |= plugin_reward_names(pp)
+        except SyntaxError as err:
+            issues.append(SpecIssue("rewards.plugins", f"{plugin} line {err.lineno}: {err.msg}"))
+    if not spec.rewards.functions:
+        issues.append(SpecIssue("rewards.functions", "at least one reward function is needed"))
+    seen: set[str] = set()
+    for fn in spec.rewards.functions:
+        if fn.name in seen:  # metrics and error counters are keyed by name
+            issues.append(SpecIssue("rewards.functions", f"{fn.name!r} is listed twice; give it one entry and one weight"))
+        seen.add(fn.name)
+        if fn.name not in names:
+            issues.append(SpecIssue("rewards.functions", f"unknown reward {fn.name!r} "
+                                                         f"(built-ins: {', '.join(sorted(BUILTIN_REWARDS))})"))
+        elif fn.name in BUILTIN_REWARDS:
+            err = BUILTIN_REWARDS[fn.name].check_params(fn.params)
+            if err:
+                issues.append(SpecIssue("rewards.functions", f"{fn.name}: {err}"))
+            path = fn.params.get("path")
+            if fn.name == "reward_model" and isinstance(path, str) and not is_hub_id(path, base):
+                if not _local(base, path).is_dir():
+                    issues.append(SpecIssue("rewards.functions", f"reward_model: no such model directory: {path}"))
+
+
+def _check_split(spec: RunSpec, issues: list[SpecIssue]) -> None:
+    """The shape of the GPU split, independent of what this machine has."""
+    r, res = spec.rollout, spec.resources
+    if r.placement == "separate":
+        if r.engine == "hf":
+            issues.append(SpecIssue("rollout.placement", "separate rollout GPUs need the vllm or lmdeploy engine"))
+        if not res.rollout_gpus:
+            issues.append(SpecIssue("resources.rollout_gpus", "placement 'separate' needs at least one rollout GPU"))
+        overlap = set(res.train_gpus) & set(res.rollout_gpus)
+        if overlap:
+            issues.append(SpecIssue("resources.rollout_gpus",
+                                    f"GPUs {sorted(overlap)} are in both train_gpus and rollout_gpus"))
+        if res.rollout_gpus and len(res.rollout_gpus) != r.tensor_parallel_size * r.data_parallel_size:
+            issues.append(SpecIssue(
+                "resources.rollout_gpus",
+                f"{len(res.rollout_gpus)} rollout GPUs do not match tensor_parallel_size x data_parallel_size "
+                f"= {r.tensor_parallel_size} x {r.data_parallel_size}"))
+    for fld, gpus in (("resources.train_gpus", res.train_gpus), ("resources.rollout_gpus", res.rollout_gpus)):
+        if len(set(gpus)) != len(gpus):
+            issues.append(SpecIssue(fld, "lists a GPU twice"))
+        if any(g < 0 for g in gpus):
+            issues.append(SpecIssue(fld, "GPU indices are >= 0"))
+    if r.engine != "hf" and res.device == "cpu":
+        issues.append(SpecIssue("rollout.engine", f"{r.engine} needs GPUs; use engine hf on cpu"))
+    if res.device == "cpu" and (res.train_gpus or res.rollout_gpus):
+        issues.append(SpecIssue("resources.device", "device cpu cannot use train_gpus/rollout_gpus"))
+    if res.deepspeed_stage and res.device == "cpu":
+        issues.append(SpecIssue("resources.deepspeed_stage", "DeepSpeed needs GPUs; use stage 0 on cpu"))
+
+
+def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
+    """Cross-field, file and column checks that hold on any machine; [] means well formed."""
+    base = Path(base_dir)
+    issues: list[SpecIssue] = []
+    a, r = spec.algorithm, spec.rollout
+    if spec.completions_per_step % a.gradient_accumulation_steps:
+        issues.append(SpecIssue(
+            "algorithm.gradient_accumulation_steps",
+            f"prompts_per_step x num_generations = {a.prompts_per_step} x {r.num_generations} = "
+            f"{spec.completions_per_step} completions must split evenly into {a.gradient_accumulation_steps} micro-batches"))
+    if a.epsilon_high and a.epsilon_high < a.epsilon:
+        issues.append(SpecIssue("algorithm.epsilon_high", f"must be 0 (same as epsilon) or >= epsilon ({a.epsilon})"))
+    if spec.output.eval_steps and not spec.data.eval_sources:
+        issues.append(SpecIssue("output.eval_steps", "evaluation every N steps needs data.eval_sources"))
+    if a.warmup_steps > a.max_steps:
+        issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
+    if not re.fullmatch(r"[\w.-]*", spec.output.run_name):
+        issues.append(SpecIssue("output.run_name", "use letters, digits, '.', '-' and '_' only"))
+    _check_model(spec, base, issues)
+    _check_data(spec, base, issues)
+    _check_rewards(spec, base, issues)
+    _check_split(spec, issues)
+    return issues
+
+
+# ----------------------------------------------------------------------------- runnable here
+
+
+def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -> list[SpecIssue]:
+    """What keeps a well-formed spec from starting on `machine`."""
+    issues: list[SpecIssue] = []
+    r, res = spec.rollout, spec.resources
+    m = spec.model.name_or_path.strip()
+    if m and is_hub_id(m, base_dir) and not machine.hub_reachable and not _hub_cached(m):
+        issues.append(SpecIssue("model.name_or_path", f"{m!r} is not a local model directory, and the hub cannot be "
+                                                      "reached from this machine (nor is it in the local hub cache)"))
+    if r.engine not in machine.engines:
+        issues.append(SpecIssue("rollout.engine", f"engine {r.engine!r} is not installed here "
+                                                  f"(available: {', '.join(sorted(machine.engines))})"))
+    n = len(machine.gpus)
+    wants_cuda = res.device == "cuda" or res.train_gpus or res.rollout_gpus
+    if wants_cuda and n == 0:
+        issues.append(SpecIssue("resources.device", "no CUDA GPU is visible on this machine; use device cpu or auto"))
+    for fld, ids in (("resources.train_gpus", res.train_gpus), ("resources.rollout_gpus", res.rollout_gpus)):
+        missing = [g for g in ids if g >= n]
+        if n and missing:
+            issues.append(SpecIssue(fld, f"GPU(s) {missing} not visible (this machine has {n})"))
+    if len(res.train_gpus) > 1 or res.deepspeed_stage:
+        issues.append(SpecIssue("resources.train_gpus" if len(res.train_gpus) > 1 else "resources.deepspeed_stage",
+                                "multi-GPU training (torchrun/DeepSpeed) is not available in this version yet; "
+                                "use one training GPU and deepspeed_stage 0"))
+    if spec.data.images_column:
+        issues.append(SpecIssue("data.images_column", "multimodal GRPO is not available in this version yet"))
+    return issues
+
+
+def check(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None) -> list[SpecIssue]:
+    """Everything that decides whether `spec` starts on `machine` (this one by default)."""
+    issues = check_spec(spec, base_dir)
+    seen = {(i.field, i.message) for i in issues}
+    return issues + [i for i in check_machine(spec, machine or Machine.detect(), base_dir)
+                     if (i.field, i.message) not in seen]
+
+
+def validate_or_raise(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None) -> RunSpec:
+    issues = check(spec, base_dir, machine)
+    if issues:
+        raise SpecError(issues)
+    return spec
+
+
+# ----------------------------------------------------------------------------- the planner's words
+
+
+@dataclass
+class Plan:
+    """The placement planner's verdict: ok is exactly `check(...) == []`; lines describe the layout."""
+
+    ok: bool
+    lines: list[str]
+    issues: list[SpecIssue] = field(default_factory=list)
+
+
+def plan(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -> Plan:
+    issues = check(spec, base_dir, machine)
+    r, res = spec.rollout, spec.resources
+    visible = [g.index for g in machine.gpus]
+    on_cpu = res.device == "cpu" or (res.device == "auto" and not visible)
+    lines: list[str] = []
+    if on_cpu:
+        threads = res.num_threads or "default"
+        lines.append(f"CPU: training and sampling ({r.engine} engine) in one process, torch threads: {threads}")
+    else:
+        train = res.train_gpus or ([g for g in visible if g not in res.rollout_gpus]
+                                   if r.placement == "separate" else visible[:1])
+        if r.placement == "colocate":
+            sleep = "sleeps while training" if r.sleep else "stays resident"
+            lines.append(f"colocated: training and {r.engine} sampling share GPUs {train}; engine {sleep}, "
+                         f"memory fraction {r.gpu_memory_utilization}")
+        else:
+            lines.append(f"separate: training on GPUs {train}, {r.engine} sampling on GPUs {res.rollout_gpus} "
+                         f"({r.data_parallel_size} instance(s) x TP {r.tensor_parallel_size})")
+        if len(train) > 1:
+            lines.append(f"data parallel training over {len(train)} GPUs"
+                         + (f", DeepSpeed ZeRO-{res.deepspeed_stage}" if res.deepspeed_stage else ""))
+    if r.async_generation:
+        lines.append("async: sampling batch t+1 while training on batch t (one step off-policy)")
+    lines += [f"✗ {i}" for i in issues if i.field.startswith(("resources.", "rollout.", "model."))]
+    return Plan(not issues, lines, issues)

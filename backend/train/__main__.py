@@ -1,0 +1,5 @@
+import sys
+
+from backend.train.cli import main
+
+sys.exit(main())
