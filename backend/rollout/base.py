@@ -7,7 +7,7 @@ policy update. Implementations: transformers (hf.py, CPU and GPU), vLLM and LMDe
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import torch
@@ -20,6 +20,8 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
+    # Seeds are per group: prompt i of a call samples with PromptInput.seed, or seed + GROUP_SEED_STRIDE * i
+    # when that is unset, so a group's completions do not depend on how a batch is split over workers or chunks.
     seed: int | None = None
 
 
@@ -37,6 +39,19 @@ class Completion:
 class PromptInput:
     token_ids: list[int]
     multi_modal: dict[str, Any] = field(default_factory=dict)  # e.g. {"image": [...]} for VLMs
+    seed: int | None = None  # this group's sampling seed (see SamplingParams.seed)
+
+
+# vLLM seeds sample j of a request with seed + j: groups' seeds lie further apart than any group is large
+GROUP_SEED_STRIDE = 10_007
+
+
+def group_seeds(prompts: list[PromptInput], sampling: SamplingParams) -> list[PromptInput]:
+    """Give every prompt its group seed (its own, else sampling.seed + stride x its index); unchanged when unseeded."""
+    if sampling.seed is None:
+        return prompts
+    return [p if p.seed is not None else replace(p, seed=sampling.seed + GROUP_SEED_STRIDE * i)
+            for i, p in enumerate(prompts)]
 
 
 class RolloutEngine(Protocol):

