@@ -16,11 +16,12 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
-from backend.rollout.worker import WorkerHandle, release, write_weights
+from backend.rollout.worker import WorkerConfig, WorkerHandle, release, spawn_worker, write_weights
 
 
 @dataclass(frozen=True)
@@ -106,3 +107,25 @@ class RolloutPool:
             else:
                 e.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def start_workers(cfg: WorkerConfig, count: int, log_dir: Path, gpu_sets: Sequence[list[int]] | None = None,
+                  python: str = "", start_timeout_s: float = 600.0, call_timeout_s: float = 600.0) -> RolloutPool:
+    """Start `count` workers concurrently (worker i on gpu_sets[i]; logs rollout-worker-i.log) and pool them.
+    If any fails to start, the others are closed and the first error is raised."""
+    names = [f"rollout-{i}" for i in range(count)]
+    with ThreadPoolExecutor(max_workers=count) as ex:
+        futures = [ex.submit(spawn_worker, cfg, names[i], log_dir / f"rollout-worker-{i}.log",
+                             list(gpu_sets[i]) if gpu_sets else None, python, start_timeout_s, call_timeout_s)
+                   for i in range(count)]
+        handles, errors = [], []
+        for f in futures:
+            try:
+                handles.append(f.result())
+            except Exception as err:
+                errors.append(err)
+    if errors:
+        for h in handles:
+            release(h)
+        raise errors[0]
+    return RolloutPool(handles, names)

@@ -24,7 +24,7 @@ It prints `GRPO-WORKER-READY <host:port> pid=<pid>` once the engine is loaded. T
 same key from GRPO_WORKER_AUTHKEY.
 
 Supervision (WorkerHandle): a worker the trainer starts runs in its own process group and dies with
-its parent (PR_SET_PDEATHSIG); every call waits in slices, checking the process, so a worker that dies
+its parent (a watchdog on its parent pid); every call waits in slices, checking the process, so a worker that dies
 or stops answering raises RolloutWorkerError naming the worker, its GPUs and the last lines of its log,
 and close() (or interpreter exit) kills the whole group: no process is left behind.
 """
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import ctypes
 import os
 import secrets
 import signal
@@ -174,18 +173,14 @@ class _Server:
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this process when its parent dies (Linux), and a watchdog where that is unavailable."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    """Exit as soon as the parent is gone (the process is re-parented). Not PR_SET_PDEATHSIG: that fires
+    when the parent *thread* that spawned us ends, and pools spawn workers from short-lived threads."""
+    if os.getppid() != parent_pid:
         os._exit(1)
 
     def watch() -> None:
         while True:
-            time.sleep(1.0)
+            time.sleep(0.5)
             if os.getppid() != parent_pid:
                 os._exit(1)
 

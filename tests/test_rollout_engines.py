@@ -1,0 +1,135 @@
+"""Engine contract, against every engine that can run here.
+
+- hf: the transformers engine in this process;
+- hf-worker: the same engine in a rollout worker process, over the worker protocol;
+- vllm-worker: vLLM's CPU build in a worker under its own interpreter (the CPU vLLM profile's venv,
+  `bash scripts/setup_vllm_cpu.sh`); skipped when that venv is absent (GRPO_VLLM_PYTHON names another).
+
+Each must return n completions per prompt with the right finish reasons, logprobs equal to a forward
+pass of the same weights, reproducible seeded samples, and must sample differently after new weights.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from backend.project import PROJECT_ROOT
+from backend.rollout.base import GROUP_SEED_STRIDE, PromptInput, SamplingParams
+from backend.rollout.hf import HFEngine, positions
+from backend.rollout.worker import WorkerConfig, release, spawn_worker
+from backend.train.grpo import selective_log_softmax
+
+TINY = PROJECT_ROOT / "assets/tiny-add"
+
+
+def vllm_python() -> str | None:
+    p = os.environ.get("GRPO_VLLM_PYTHON") or str(PROJECT_ROOT / ".venv-vllm/bin/python")
+    return p if Path(p).exists() else None
+
+
+ENGINES = ["hf", "hf-worker",
+           pytest.param("vllm-worker", marks=pytest.mark.skipif(vllm_python() is None, reason="no CPU vLLM venv "
+                                                                "(bash scripts/setup_vllm_cpu.sh)"))]
+TOL = {"hf": 1e-4, "hf-worker": 1e-4, "vllm-worker": 2e-3}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return AutoTokenizer.from_pretrained(TINY)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine(request, tok, tmp_path_factory):
+    kind = request.param
+    if kind == "hf":
+        eng = HFEngine(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32), tok)
+        yield kind, eng
+        return
+    log = tmp_path_factory.mktemp(kind) / "worker.log"
+    cfg = WorkerConfig(engine="vllm" if kind == "vllm-worker" else "hf", model=str(TINY), dtype="float32")
+    handle = spawn_worker(cfg, kind, log, python=vllm_python() if kind == "vllm-worker" else "", start_timeout_s=300)
+    yield kind, handle
+    release(handle)
+
+
+def _prompts(tok, texts: list[str]) -> list[PromptInput]:
+    return [PromptInput(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+
+
+def _forward_logps(model, prompt: list[int], completion: list[int], temperature: float) -> list[float]:
+    ids = torch.tensor([prompt + completion])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
+    return selective_log_softmax(logits[0, len(prompt) - 1:-1] / temperature, ids[0, len(prompt):]).tolist()
+
+
+def test_shapes_and_finish_reasons(engine, tok) -> None:
+    _, eng = engine
+    out = eng.generate(_prompts(tok, ["12+34=", "9+9=", "10+20="]), SamplingParams(n=4, max_tokens=6, seed=1))
+    assert [len(g) for g in out] == [4, 4, 4]
+    reasons = set()
+    for group in out:
+        for c in group:
+            reasons.add(c.finish_reason)
+            assert len(c.logprobs) == len(c.token_ids)
+            if c.finish_reason == "stop":
+                assert c.token_ids[-1] == tok.eos_token_id and tok.eos_token_id not in c.token_ids[:-1]
+            else:
+                assert len(c.token_ids) == 6
+            assert c.text == tok.decode(c.token_ids, skip_special_tokens=True)
+    assert "stop" in reasons  # the tiny model answers an addition and stops
+    short = eng.generate(_prompts(tok, ["12+34="]), SamplingParams(n=3, max_tokens=1, seed=0))
+    assert all(c.finish_reason == "length" and len(c.token_ids) == 1 for c in short[0])
+
+
+def test_logprobs_equal_a_forward_pass(engine, tok, reference) -> None:
+    kind, eng = engine
+    sp = SamplingParams(n=4, max_tokens=5, temperature=0.7, seed=7)
+    ps = _prompts(tok, ["23+45=", "7+18="])
+    for p, group in zip(ps, eng.generate(ps, sp)):
+        for c in group:
+            assert c.logprobs == pytest.approx(_forward_logps(reference, p.token_ids, c.token_ids, 0.7), abs=TOL[kind])
+
+
+def test_seeded_groups_are_reproducible(engine, tok) -> None:
+    _, eng = engine
+    sp = SamplingParams(n=6, max_tokens=5, temperature=1.5, seed=123)
+    a = eng.generate(_prompts(tok, ["23+45=", "71+18="]), sp)
+    b = eng.generate(_prompts(tok, ["23+45=", "71+18="]), sp)
+    assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
+    # a group's samples depend on its own seed only, not on the rest of the batch
+    alone = eng.generate([PromptInput(_prompts(tok, ["71+18="])[0].token_ids, seed=sp.seed + GROUP_SEED_STRIDE)], sp)
+    assert [c.token_ids for c in alone[0]] == [c.token_ids for c in a[1]]
+
+
+def test_new_weights_change_the_output(engine, tok, reference) -> None:
+    kind, eng = engine
+    ps = _prompts(tok, ["23+45=", "7+18="])
+    sp = SamplingParams(n=4, max_tokens=5, temperature=1.0, seed=3)
+    before = eng.generate(ps, sp)
+    changed = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.mul_(0.5)
+    try:
+        eng.update_weights(changed.named_parameters())
+        after = eng.generate(ps, sp)
+        assert [[c.token_ids for c in g] for g in after] != [[c.token_ids for c in g] for g in before]
+        for p, group in zip(ps, after):  # and the engine's logprobs are the new weights' logprobs
+            for c in group:
+                assert c.logprobs == pytest.approx(_forward_logps(changed, p.token_ids, c.token_ids, 1.0), abs=TOL[kind])
+    finally:
+        eng.update_weights(reference.named_parameters())
+    again = eng.generate(ps, sp)
+    assert [[c.token_ids for c in g] for g in again] == [[c.token_ids for c in g] for g in before]
