@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backend.project import PROJECT_ROOT
-from backend.rollout.base import GROUP_SEED_STRIDE, PromptInput, SamplingParams
+from backend.rollout.base import PromptInput, derive_seed, SamplingParams
 from backend.rollout.hf import HFEngine, positions
 from backend.rollout.worker import WorkerConfig, release, spawn_worker
 from backend.train.grpo import selective_log_softmax
@@ -109,7 +109,7 @@ def test_seeded_groups_are_reproducible(engine, tok) -> None:
     b = eng.generate(_prompts(tok, ["23+45=", "71+18="]), sp)
     assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
     # a group's samples depend on its own seed only, not on the rest of the batch
-    alone = eng.generate([PromptInput(_prompts(tok, ["71+18="])[0].token_ids, seed=sp.seed + GROUP_SEED_STRIDE)], sp)
+    alone = eng.generate([PromptInput(_prompts(tok, ["71+18="])[0].token_ids, seed=derive_seed(sp.seed, 1))], sp)
     assert [c.token_ids for c in alone[0]] == [c.token_ids for c in a[1]]
 
 

@@ -13,6 +13,15 @@ from typing import Any, Literal, Protocol
 import torch
 
 
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed for the stream named by `parts` (run seed, rollout, retry, chunk...). It is a hash
+    (numpy's SeedSequence), so distinct part tuples give independent streams: unlike sums such as
+    `seed + 101 * index + salt`, no two tuples land on the same seed by arithmetic coincidence."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, np.uint64)[0] >> 1)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     n: int
@@ -20,8 +29,8 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
-    # Seeds are per group: prompt i of a call samples with PromptInput.seed, or seed + GROUP_SEED_STRIDE * i
-    # when that is unset, so a group's completions do not depend on how a batch is split over workers or chunks.
+    # Seeds are per group: prompt i of a call samples with PromptInput.seed, or derive_seed(seed, i) when that
+    # is unset, so a group's completions do not depend on how a batch is split over workers or chunks.
     seed: int | None = None
 
 
@@ -42,16 +51,12 @@ class PromptInput:
     seed: int | None = None  # this group's sampling seed (see SamplingParams.seed)
 
 
-# vLLM seeds sample j of a request with seed + j: groups' seeds lie further apart than any group is large
-GROUP_SEED_STRIDE = 10_007
-
-
 def group_seeds(prompts: list[PromptInput], sampling: SamplingParams) -> list[PromptInput]:
-    """Give every prompt its group seed (its own, else sampling.seed + stride x its index); unchanged when unseeded."""
+    """Give every prompt its group seed (its own, else derive_seed(sampling.seed, index)); unchanged when unseeded.
+    A hash, not seed + i: vLLM seeds sample j of a request with seed + j, so neighbouring groups would share samples."""
     if sampling.seed is None:
         return prompts
-    return [p if p.seed is not None else replace(p, seed=sampling.seed + GROUP_SEED_STRIDE * i)
-            for i, p in enumerate(prompts)]
+    return [p if p.seed is not None else replace(p, seed=derive_seed(sampling.seed, i)) for i, p in enumerate(prompts)]
 
 
 class RolloutEngine(Protocol):
