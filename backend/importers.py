@@ -110,6 +110,10 @@ _COMMON: dict[str, tuple[str, Any]] = {
     "vllm_enable_sleep_mode": ("rollout.sleep", lambda v: _bool(_first(v))),
     "sleep_level": ("rollout.sleep", lambda v: _int(v) > 0),
     "async_generate": ("rollout.async_generation", lambda v: _bool(_first(v))),
+    "vllm_importance_sampling_correction": ("rollout.vllm_importance_sampling_correction", lambda v: _bool(_first(v))),
+    "vllm_importance_sampling_mode": ("rollout.vllm_importance_sampling_mode", lambda v: str(_first(v))),
+    "vllm_importance_sampling_clip_max": ("rollout.vllm_importance_sampling_clip_max", _num),
+    "vllm_importance_sampling_cap": ("rollout.vllm_importance_sampling_clip_max", _num),  # TRL < 1.6's name
     "beta": ("algorithm.beta", _num),
     "epsilon": ("algorithm.epsilon", _num),
     "epsilon_high": ("algorithm.epsilon_high", _num),

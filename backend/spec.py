@@ -84,14 +84,19 @@ class RolloutSection(Section):
         "hf", description="Sampling engine: hf (transformers, CPU or GPU), vllm, lmdeploy (GPU).")
     placement: Literal["colocate", "separate"] = Field(
         "colocate", description="colocate: engine shares the training devices (sleeps during training); "
-                                "separate: engine runs on its own rollout GPUs.")
+                                "separate: engine runs in its own rollout worker process(es), on its own rollout GPUs "
+                                "(on CPU: its own process and cores).")
     num_generations: int = Field(8, ge=2, le=1024, description="Completions per prompt (the group size G).")
     temperature: float = Field(1.0, gt=0.0, le=10.0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling: keep the smallest set of tokens with this mass.")
     top_k: int = Field(0, ge=0, le=100000, description="Keep the k most likely tokens (0 = off).")
     max_completion_length: int = Field(8, ge=1, le=131072, description="Maximum new tokens per completion.")
     async_generation: bool = Field(
-        False, description="Sample batch t+1 with the previous policy while training on batch t (one step off-policy).")
+        False, description="Sample the next batches with the newest weights the engine has while training on this one "
+                           "(off-policy by at most max_staleness updates).")
+    max_staleness: int = Field(1, ge=1, le=16, description="Async: most policy updates between sampling a batch and "
+                                                           "training on it (1 = one step off-policy).",
+                               json_schema_extra=_adv())
     gpu_memory_utilization: float = Field(0.9, gt=0.0, le=1.0, description="Fraction of GPU memory the engine may take.",
                                           json_schema_extra=_adv())
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per engine instance (tensor parallel).",
@@ -102,6 +107,27 @@ class RolloutSection(Section):
                         json_schema_extra=_adv())
     lmdeploy_backend: Literal["pytorch", "turbomind"] = Field("pytorch", description="LMDeploy engine backend.",
                                                               json_schema_extra=_adv())
+    worker_urls: list[str] = Field([], description="host:port of rollout workers started by hand "
+                                                   "(python -m backend.rollout.worker); empty = the trainer starts them. "
+                                                   "The key comes from GRPO_WORKER_AUTHKEY.", json_schema_extra=_adv())
+    worker_python: str = Field("", description="Python interpreter for rollout workers, e.g. the LMDeploy or vLLM "
+                                               "environment's bin/python (empty = the trainer's).", json_schema_extra=_adv())
+    worker_threads: int = Field(1, ge=1, le=1024, description="torch threads per rollout worker on CPU.",
+                                json_schema_extra=_adv())
+    worker_timeout_s: float = Field(900.0, ge=10.0, le=86400.0, description="A rollout worker that takes longer than "
+                                    "this for one request counts as hung: the run fails naming it.",
+                                    json_schema_extra=_adv())
+    # Names as TRL's GRPOConfig (its clip_max replaced the deprecated _cap); off by default because the default
+    # engines compute sampling logprobs with the trainer's own weights and code.
+    vllm_importance_sampling_correction: bool = Field(
+        False, description="Truncated importance sampling: weight the loss by pi_trainer / pi_sampler to correct for "
+                           "engine/trainer mismatch and async staleness (any engine, despite the TRL name).",
+        json_schema_extra=_adv())
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = Field(
+        "sequence_mask", description="Per token or per sequence ratio; truncate = clip at the cap, mask = zero above it.",
+        json_schema_extra=_adv())
+    vllm_importance_sampling_clip_max: float = Field(3.0, gt=1.0, le=1000.0, description="Importance sampling cap C.",
+                                                     json_schema_extra=_adv())
 
 
 class ResourcesSection(Section):

@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backend.project import PROJECT_ROOT
-from backend.rollout.base import PromptInput, derive_seed, SamplingParams
+from backend.rollout.base import PromptInput, SamplingParams, derive_seed
 from backend.rollout.hf import HFEngine, positions
 from backend.rollout.worker import WorkerConfig, release, spawn_worker
 from backend.train.grpo import selective_log_softmax

@@ -92,7 +92,7 @@ class RolloutWorkerError(RuntimeError):
 
 # ----------------------------------------------------------------------------- engine construction (worker side)
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
 
 
 def build_engine(cfg: WorkerConfig):

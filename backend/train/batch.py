@@ -33,6 +33,7 @@ class Rollout:
     old_logps: torch.Tensor | None = None
     ref_logps: torch.Tensor | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    is_weights: torch.Tensor | None = None  # truncated importance sampling weights (rollout.vllm_importance_sampling_*)
 
 
 @dataclass(frozen=True)

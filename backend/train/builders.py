@@ -8,8 +8,9 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, get_scheduler
 
-from backend.models import compute_dtype, load_base
+from backend.models import compute_dtype, load_base, model_ref
 from backend.rollout.base import RolloutEngine
+from backend.rollout.worker import WorkerConfig
 from backend.spec import RunSpec
 
 
@@ -67,16 +68,90 @@ def build_scheduler(spec: RunSpec, optimizer: torch.optim.Optimizer):
     return get_scheduler(name, optimizer, num_warmup_steps=a.warmup_steps, num_training_steps=a.max_steps)
 
 
-def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype | None = None) -> RolloutEngine:
-    """The rollout engine. Sync hf shares the policy's weights (no sync needed); async hf samples
-    with its own copy, refreshed after each update, so generation overlaps training."""
+def uses_workers(spec: RunSpec) -> bool:
+    """Engines in rollout worker processes: separate placement, workers reached by URL, an engine in another
+    environment (worker_python), and LMDeploy always (it pins its own torch). Otherwise (colocated hf or vLLM)
+    the engine runs in the trainer process."""
     r = spec.rollout
-    if r.engine == "hf":
-        from backend.rollout.hf import HFEngine
+    return bool(r.worker_urls or r.worker_python) or r.placement == "separate" or r.engine == "lmdeploy"
 
-        model = copy.deepcopy(policy).eval() if r.async_generation else policy
-        if r.async_generation:
-            model.requires_grad_(False)
-        return HFEngine(model, tokenizer, autocast_dtype=autocast_dtype)
-    raise RuntimeError(f"rollout.engine {r.engine!r} is not available in this version yet; use engine 'hf' "
-                       "(the vLLM and LMDeploy engines plug into backend/engines/ behind the same interface)")
+
+def worker_config(spec: RunSpec, base_dir: Path) -> WorkerConfig:
+    r, res, m = spec.rollout, spec.resources, spec.model
+    on_gpu = res.device == "cuda" or (res.device == "auto" and torch.cuda.is_available())
+    full_bf16 = compute_dtype(spec) is not None  # the trainer computes in bf16 over fp32 weights: so does an hf worker
+    dtype = "float32" if full_bf16 and r.engine == "hf" else m.dtype
+    if dtype == "auto":
+        dtype = "bfloat16" if on_gpu else "float32"
+    return WorkerConfig(engine=r.engine, model=model_ref(spec, base_dir), dtype=dtype,
+                        autocast="bfloat16" if full_bf16 and r.engine == "hf" else "",
+                        device="cuda" if on_gpu else "cpu", threads=r.worker_threads, trust_remote_code=m.trust_remote_code,
+                        tensor_parallel_size=r.tensor_parallel_size, gpu_memory_utilization=r.gpu_memory_utilization,
+                        enable_sleep=r.sleep and r.placement == "colocate", lmdeploy_backend=r.lmdeploy_backend,
+                        max_model_len=0, seed=spec.algorithm.seed)
+
+
+def rollout_gpu_sets(spec: RunSpec) -> list[list[int]] | None:
+    """GPUs of each engine instance: consecutive runs of tensor_parallel_size rollout GPUs (None on CPU)."""
+    r, res = spec.rollout, spec.resources
+    gpus = res.rollout_gpus if r.placement == "separate" else res.train_gpus[:1] or [0]
+    if res.device == "cpu" or not gpus or not torch.cuda.is_available():
+        return None
+    tp = r.tensor_parallel_size
+    return [gpus[i * tp:(i + 1) * tp] for i in range(r.data_parallel_size)]
+
+
+def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype | None = None,
+                 base_dir: Path = Path("."), log_dir: Path | None = None) -> RolloutEngine:
+    """The rollout engine: a pool of rollout workers (uses_workers), colocated vLLM in this process, or the
+    hf engine here. Sync hf shares the policy's weights (no sync needed); async hf samples with its own copy."""
+    r = spec.rollout
+    if r.worker_urls:
+        from backend.rollout.pool import RolloutPool
+        from backend.rollout.worker import connect_worker
+
+        handles = []
+        try:
+            for i, url in enumerate(r.worker_urls):
+                handles.append(connect_worker(url, f"rollout-{i}", r.worker_timeout_s))
+        except Exception:
+            for h in handles:
+                h.close()
+            raise
+        return RolloutPool(handles)
+    if uses_workers(spec):
+        from backend.rollout.pool import start_workers
+
+        count = r.data_parallel_size if r.placement == "separate" else 1
+        return start_workers(worker_config(spec, base_dir), count, log_dir or Path("."), rollout_gpu_sets(spec),
+                             python=r.worker_python, call_timeout_s=r.worker_timeout_s)
+    if r.engine == "vllm":
+        from backend.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(worker_config(spec, base_dir))
+    from backend.rollout.hf import HFEngine
+
+    model = copy.deepcopy(policy).eval() if r.async_generation else policy
+    if r.async_generation:
+        model.requires_grad_(False)
+    return HFEngine(model, tokenizer, autocast_dtype=autocast_dtype)
+
+
+@torch.no_grad()
+def engine_weights(policy, peft_names: bool) -> dict[str, torch.Tensor]:
+    """A CPU copy of the policy's weights for an engine. With LoRA and peft_names False, the adapter is merged
+    into the base weights and the names are the base model's (what vLLM, LMDeploy and an hf worker hold);
+    an in-process copy of the peft model (peft_names) takes the names as they are."""
+    is_peft = hasattr(policy, "merge_adapter")
+    if not is_peft or peft_names:
+        return {n: p.detach().to("cpu", copy=True) for n, p in policy.named_parameters()}
+    policy.merge_adapter()
+    try:
+        out = {}
+        for n, p in policy.named_parameters():
+            if "lora_" in n:
+                continue
+            out[n.removeprefix("base_model.model.").replace(".base_layer", "")] = p.detach().to("cpu", copy=True)
+        return out
+    finally:
+        policy.unmerge_adapter()

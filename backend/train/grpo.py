@@ -74,6 +74,7 @@ def policy_loss(
     max_completion_length: int | None = None,
     global_num_tokens: float | None = None,
     global_num_seqs: int | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> LossOut:
     """Clipped surrogate loss plus beta * k3 KL, aggregated by `loss_type`.
 
@@ -98,6 +99,8 @@ def policy_loss(
     adv = advantages.unsqueeze(-1)
     per_token = -torch.min(ratio * adv, clipped * adv)
     per_token = per_token.expand_as(logps) if per_token.shape != logps.shape else per_token
+    if token_weights is not None:  # truncated importance sampling (see importance_weights), not on the KL term
+        per_token = per_token * token_weights
 
     kl = torch.zeros((), dtype=logps.dtype)
     if beta != 0.0:
@@ -131,3 +134,52 @@ def policy_loss(
         out = LossOut(loss, kl, masked_mean(low, mask), masked_mean(high, mask),
                       masked_mean(((low + high) > 0).to(mask.dtype), mask))
     return out
+
+
+@dataclass
+class ISWeights:
+    weights: torch.Tensor  # (B, L) or (B, 1): multiplies the per-token policy loss
+    metrics: dict[str, float]
+
+
+@torch.no_grad()
+def importance_weights(train_logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor, mode: str,
+                       cap: float) -> ISWeights:
+    """Truncated importance sampling between the trainer's and the sampler's policies (TIS; TRL's
+    vllm_importance_sampling_*, verl's rollout correction).
+
+    ratio = pi_train / pi_sample = exp(train_logps - sampling_logps) per token ('token_*'), or the product
+    over a sequence's tokens ('sequence_*', exp of the summed difference). '*_truncate' clips the ratio at
+    `cap`; '*_mask' sets ratios above `cap` to 0 (the token or the sequence drops out of the loss).
+    Metrics (TRL's names): sampling/sampling_logp_difference/{mean,max} (|train - sample| over real tokens),
+    sampling/importance_sampling_ratio/{min,mean,max}, and sampling/is_masked_fraction (our name).
+    """
+    m = mask.to(train_logps.dtype)
+    diff = (train_logps - sampling_logps) * m
+    level, _, how = mode.partition("_")
+    if level == "sequence":
+        log_ratio = diff.sum(-1, keepdim=True)
+        valid = m.sum(-1, keepdim=True) > 0
+    elif level == "token":
+        log_ratio, valid = diff, m > 0
+    else:
+        raise ValueError(f"unknown importance sampling mode {mode!r}")
+    ratio = torch.exp(log_ratio.clamp(max=80.0))
+    if how == "truncate":
+        weights, dropped = ratio.clamp(max=cap), torch.zeros_like(valid)
+    elif how == "mask":
+        dropped = ratio > cap
+        weights = ratio.masked_fill(dropped, 0.0)
+    else:
+        raise ValueError(f"unknown importance sampling mode {mode!r}")
+    r = ratio[valid.expand_as(ratio)]
+    absdiff = diff.abs()[m > 0]
+    metrics = {
+        "sampling/sampling_logp_difference/mean": absdiff.mean().item() if absdiff.numel() else 0.0,
+        "sampling/sampling_logp_difference/max": absdiff.max().item() if absdiff.numel() else 0.0,
+        "sampling/importance_sampling_ratio/min": r.min().item() if r.numel() else 1.0,
+        "sampling/importance_sampling_ratio/mean": r.mean().item() if r.numel() else 1.0,
+        "sampling/importance_sampling_ratio/max": r.max().item() if r.numel() else 1.0,
+        "sampling/is_masked_fraction": (dropped & valid).sum().item() / max(1, int(valid.sum())),
+    }
+    return ISWeights(weights, metrics)

@@ -4,9 +4,12 @@
         repeat num_iterations (mu) times:  one optimizer step over the batch (micro-batches accumulate)
             -> metrics line, samples, checkpoint, stop request?
 
-With rollout.async_generation the engine samples rollout t+1 (with the policy before update t)
-while the trainer updates on rollout t; the loss's clipped ratio to the sampling policy's
-logprobs corrects for that one step of staleness. Everything a watcher needs goes to the run directory.
+With rollout.async_generation the engine (in a thread, or in rollout worker processes) samples the next
+batches with the newest weights it has while the trainer updates: up to rollout.max_staleness updates
+may lie between sampling a batch and training on it; a batch that would be staler waits to be sampled.
+The loss's clipped ratio to the sampling policy's logprobs corrects for the lag, and optionally truncated
+importance sampling (rollout.vllm_importance_sampling_*) for engine/trainer mismatch.
+Everything a watcher needs goes to the run directory.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import random
 import shutil
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -31,6 +35,7 @@ from backend.models import compute_dtype, load_tokenizer, resolve_device
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams, derive_seed
 from backend.rollout.hf import HFEngine, left_pad
+from backend.rollout.pool import RolloutPool
 from backend.rundir import RunDir
 from backend.spec import RunSpec
 from backend.train import grpo
@@ -41,6 +46,7 @@ from backend.train.builders import (
     build_policy,
     build_reference,
     build_scheduler,
+    engine_weights,
 )
 from backend.train.checkpoint import load_trainer_state, save_trainer_state
 from backend.train.forward import autocast, completion_logits
@@ -69,7 +75,9 @@ class GRPOTrainer:
         self.optimizer = build_optimizer(spec, self.policy)
         self.scheduler = build_scheduler(spec, self.optimizer)
         self.autocast_dtype = compute_dtype(spec)  # bf16 compute over fp32 master weights, or None
-        self.engine: RolloutEngine = build_engine(spec, self.policy, self.tokenizer, self.autocast_dtype)
+        self.engine: RolloutEngine = build_engine(spec, self.policy, self.tokenizer, self.autocast_dtype, base_dir, run.path)
+        self.engine_version = 0  # optimizer steps behind the weights the engine holds
+        self.async_counts = {"async/waited": 0, "async/dropped": 0}  # batches held back / resampled by the bound
         self.scorer = RewardScorer(spec.rewards, base_dir=base_dir, device=str(self.device))
         self.weights = torch.tensor(self.scorer.weights)
 
@@ -87,7 +95,7 @@ class GRPOTrainer:
         self.sinks = make_sinks(spec.output.report_to, run.path, spec.model_dump(mode="json"))
         self.started = time.time()
         self.elapsed_before = 0.0
-        self.resumed_in_flight = None  # async: the rollout that was being sampled when the checkpoint was taken
+        self.resumed_in_flight: list[Rollout] = []  # async: batches sampled ahead when the checkpoint was taken
         self.unscored: dict[str, tuple[int, int]] = {}  # reward name -> (first rollout, batches) scored all None
         if ckpt is not None:
             self._load_state(ckpt)
@@ -120,6 +128,10 @@ class GRPOTrainer:
                                    [self.rows[i] for i in row_ids for _ in range(G)],
                                    completion_ids=[c.token_ids for g in groups for c in g])
         timings["rollout_s"] = timings.get("rollout_s", 0.0) + t1 - t0
+        if isinstance(self.engine, RolloutPool):  # per-instance time: a slow or overloaded worker shows up
+            for t in self.engine.last_timings:
+                key = f"timing/rollout_worker/{t.name}_s"
+                timings[key] = timings.get(key, 0.0) + t.seconds
         timings["reward_s"] = timings.get("reward_s", 0.0) + time.time() - t1
         return [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
 
@@ -241,14 +253,24 @@ class GRPOTrainer:
         a, r = self.spec.algorithm, self.spec.rollout
         B = ro.completion_ids.shape[0]
         mb = B // a.gradient_accumulation_steps
-        if r.async_generation:
+        correct = r.vllm_importance_sampling_correction and not self.engine_shares_policy
+        if correct and ro.sampling_logps is None:
+            raise RuntimeError(f"importance sampling correction needs per-token logprobs from the {r.engine} engine")
+        if r.async_generation and not correct:
             if ro.sampling_logps is None:
                 raise RuntimeError(f"async generation needs per-token logprobs from the {r.engine} engine")
             ro.old_logps = ro.sampling_logps  # the engine's weights were the sampling policy
-        elif a.num_iterations > 1:
+        elif a.num_iterations > 1 or correct:
+            # the trainer's own logprobs under the current weights: the clip's anchor (decoupled from the sampler
+            # when correcting, as in AReaL / verl), and the numerator of the importance weights
             self.policy.eval()
             ro.old_logps = torch.cat([self._logps(self.policy, ro, slice(i, i + mb))[0].cpu() for i in range(0, B, mb)])
             self.policy.train()
+            if correct:
+                isw = grpo.importance_weights(ro.old_logps, ro.sampling_logps, ro.completion_mask,
+                                              r.vllm_importance_sampling_mode, r.vllm_importance_sampling_clip_max)
+                ro.is_weights = isw.weights
+                ro.metrics.update(isw.metrics)
         if a.beta > 0:
             if self.reference is not None:
                 ro.ref_logps = torch.cat([self._logps(self.reference, ro, slice(i, i + mb))[0].cpu()
@@ -275,7 +297,8 @@ class GRPOTrainer:
                 logps, old, ro.advantages[sl].to(self.device), ro.loss_mask[sl].to(self.device),
                 loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
                 is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
-                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B)
+                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B,
+                token_weights=ro.is_weights[sl].to(self.device) if ro.is_weights is not None else None)
             out.loss.backward()
             acc["loss"] += out.loss.item()
             for k, v in (("kl", out.kl), ("entropy", ent), ("clip_ratio/low_mean", out.clip_low),
@@ -299,12 +322,26 @@ class GRPOTrainer:
         """The sync hf engine samples with the policy object itself: no weight sync, and it can evaluate."""
         return getattr(self.engine, "model", None) is self.policy
 
+    def engine_weights(self) -> dict[str, torch.Tensor]:
+        """A CPU snapshot of the policy as the engine names it (LoRA merged, except for an in-process peft copy)."""
+        return engine_weights(self.policy, peft_names=isinstance(self.engine, HFEngine))
+
+    def push_weights(self, weights: dict[str, torch.Tensor], version: int) -> float:
+        t0 = time.time()
+        if isinstance(self.engine, RolloutPool):
+            self.engine.update_weights(weights.items(), version)
+        else:
+            self.engine.update_weights(weights.items())
+        self.engine_version = version
+        return time.time() - t0
+
     def sync_weights(self) -> float:
         """Push the updated policy into the engine (a no-op when the engine shares the policy's weights)."""
         if self.engine_shares_policy:
+            self.engine_version = self.step
             return 0.0
         t0 = time.time()
-        self.engine.update_weights(self.policy.named_parameters())
+        self.push_weights(self.engine_weights(), self.step)
         return time.time() - t0
 
     @torch.no_grad()
@@ -326,7 +363,7 @@ class GRPOTrainer:
         self.run.append_jsonl(self.run.eval_dir / "during_training.jsonl", [{"step": self.step, **ev}])
         return ev
 
-    def save_checkpoint(self, in_flight: Rollout | None = None) -> Path:
+    def save_checkpoint(self, in_flight: list[Rollout] | None = None) -> Path:
         """Write checkpoints/step-N atomically (a temp dir renamed into place); an existing complete
         checkpoint of this step is kept as it is."""
         ckpt = self.run.checkpoints_dir / f"step-{self.step}"
@@ -339,7 +376,7 @@ class GRPOTrainer:
         self.tokenizer.save_pretrained(ckpt / "model")
         save_trainer_state(ckpt / "trainer_state.pt", step=self.step, rollouts_done=self.rollouts_done,
                            sampler=self.sampler.state_dict(), optimizer=self.optimizer.state_dict(),
-                           scheduler=self.scheduler.state_dict(), pending=self.pending, in_flight=in_flight,
+                           scheduler=self.scheduler.state_dict(), pending=self.pending, in_flight=in_flight or [],
                            elapsed_s=self.elapsed())
         (ckpt / "COMPLETE").write_text(str(self.step))
         shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed save
@@ -377,6 +414,8 @@ class GRPOTrainer:
         row.update(timing)
         row["throughput/completion_tokens_per_s"] = ro.metrics["completion_tokens"] / max(timing["timing/step_s"], 1e-9)
         row["staleness"] = float(self.step - 1 - ro.policy_version)
+        if self.spec.rollout.async_generation:
+            row.update({k: float(v) for k, v in self.async_counts.items()})
         row.update(self.telemetry.sample())
         row.update(evaluation)
         self.run.append_jsonl(self.run.metrics_path, [row])
@@ -393,32 +432,66 @@ class GRPOTrainer:
                               error="")
         print(f"training {a.max_steps} steps on {self.device}: {len(self.rows)} prompts, "
               f"{self.spec.completions_per_step} completions per step", flush=True)
-        pool = ThreadPoolExecutor(max_workers=1) if self.spec.rollout.async_generation else None
-        in_flight: Future[Rollout] | None = None
-        if pool is not None and self.resumed_in_flight is not None:
-            in_flight = Future()
-            in_flight.set_result(self.resumed_in_flight)
+        mu, bound = a.num_iterations, self.spec.rollout.max_staleness
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout") if self.spec.rollout.async_generation else None
+        queue: deque[Future[Rollout]] = deque()  # async: batches sampled ahead, in training order
+        for resumed in self.resumed_in_flight if pool is not None else []:
+            done: Future[Rollout] = Future()
+            done.set_result(resumed)
+            queue.append(done)
+        pushed = self.engine_version  # the newest weights handed to the engine (pushes run in the rollout thread)
+        held = False  # the next batch is waiting for the staleness bound
         recent: list[float] = []
 
         def checkpoint() -> None:
-            # async: the batch being sampled belongs to the checkpoint (the sampler already moved past it)
-            self.save_checkpoint(in_flight.result() if in_flight is not None else None)
+            # async: the batches being sampled belong to the checkpoint (the sampler already moved past them)
+            self.save_checkpoint([f.result() for f in queue])
+
+        def sample(index: int) -> Rollout:
+            return self.make_rollout(index, self.engine_version)  # in the rollout thread: after the pushes before it
+
+        def refill(left: int) -> float:
+            """Sample ahead while a new batch would be trained at most `bound` updates after its weights;
+            `left` = updates still to take on the current batch. Returns the main thread's weight-snapshot time."""
+            nonlocal pushed, held
+            snap_s = 0.0
+            while True:
+                ahead = left + mu * len(queue)  # updates before a batch submitted now is first trained on
+                if self.step + ahead >= a.max_steps:
+                    return snap_s
+                if ahead > bound:
+                    held = True
+                    return snap_s
+                if pushed < self.step and not self.engine_shares_policy:
+                    t0 = time.time()
+                    weights = self.engine_weights()  # a copy: the optimizer goes on changing the policy
+                    snap_s += time.time() - t0
+                    pool.submit(self.push_weights, weights, self.step)  # runs between generations, in order
+                    pushed = self.step
+                if held:
+                    self.async_counts["async/waited"] += 1
+                    held = False
+                self.rollouts_done += 1
+                queue.append(pool.submit(sample, self.rollouts_done))
 
         def next_rollout() -> Rollout:
-            nonlocal in_flight
             if pool is None:
                 self.rollouts_done += 1
                 return self.make_rollout(self.rollouts_done, self.step)
-            if in_flight is None:
-                self.rollouts_done += 1
-                in_flight = pool.submit(self.make_rollout, self.rollouts_done, self.step)
-            ro = in_flight.result()
-            in_flight = None
-            # weights must not change under a running generation: load them now, then start the next one
-            ro.timings["weight_sync_s"] = self.sync_weights()
-            if self.step + a.num_iterations < a.max_steps:
-                self.rollouts_done += 1
-                in_flight = pool.submit(self.make_rollout, self.rollouts_done, self.step)
+            if not queue:
+                refill(0)
+            t0 = time.time()
+            ro = queue.popleft().result()
+            if self.step - ro.policy_version > bound:  # only after a resume with a smaller bound: resample
+                stale = 1 + len(queue)
+                for f in queue:
+                    f.result()
+                queue.clear()
+                self.async_counts["async/dropped"] += stale
+                refill(0)
+                ro = queue.popleft().result()
+            ro.timings["rollout_wait_s"] = time.time() - t0
+            ro.timings["weight_sync_s"] = refill(mu)
             return ro
 
         try:
@@ -440,7 +513,7 @@ class GRPOTrainer:
                     train = self.optimizer_step(ro)
                     self.step += 1
                     self.pending = PendingRollout(ro, it + 1) if it + 1 < a.num_iterations else None
-                    t_sync = 0.0 if pool is not None else self.sync_weights()
+                    t_sync = refill(mu - it - 1) if pool is not None else self.sync_weights()
                     first = it == 0  # the rollout's own timings belong to its first update only
                     timing = {
                         "timing/rollout_s": ro.timings.get("rollout_s", 0.0) if first else 0.0,
@@ -449,6 +522,10 @@ class GRPOTrainer:
                         "timing/weight_sync_s": t_sync + (ro.timings.get("weight_sync_s", 0.0) if first else 0.0),
                         "timing/step_s": time.time() - t_step,
                     }
+                    if first:  # async: how long the trainer waited for the batch; pools: each instance's time
+                        timing.update({k: v for k, v in ro.timings.items() if k.startswith("timing/")})
+                        if "rollout_wait_s" in ro.timings:
+                            timing["timing/rollout_wait_s"] = ro.timings["rollout_wait_s"]
                     row = self._log_step(ro, it, train, timing, self.maybe_evaluate())
                     recent = (recent + [timing["timing/step_s"]])[-20:]
                     eta = (a.max_steps - self.step) * sum(recent) / len(recent)
@@ -474,6 +551,8 @@ class GRPOTrainer:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+            if not self.engine_shares_policy:
+                self.engine.close()  # rollout workers exit with the run
             for sink in self.sinks:
                 sink.close()
             self.scorer.close()
