@@ -14,6 +14,7 @@ from app.config import StudioConfig
 from app.fields import FormUI, Registry, field_info
 from app.form import Validation, field_doc, fields, spec_to_values, to_widget, validate_values
 from app.locales import t
+from app.model_info import model_summary
 from app.sections import BuildContext, algorithm, data, model, output, resources, rewards, rollout
 from backend.checks import Machine, plan
 from backend.importers import import_any
@@ -61,10 +62,20 @@ def summary_md(v: Validation, lang: str) -> str:
     return f"**{t('invalid', lang, n=len(msgs))}**\n{items}{more}"
 
 
+def _param_count(spec: RunSpec, base_dir: str | Path) -> int | None:
+    """Parameters of a local model (headers only), for the planner's memory estimate; None when unknown."""
+    ref = Path(spec.model.name_or_path).expanduser()
+    model_dir = ref if ref.is_absolute() else Path(base_dir) / ref
+    try:
+        return model_summary(model_dir).get("parameters") if (model_dir / "config.json").is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def planner_md(spec: RunSpec | None, lang: str, base_dir: str | Path = ".") -> str:
     if spec is None:
         return ""
-    verdict = plan(spec, Machine.detect(), base_dir)
+    verdict = plan(spec, Machine.detect(), base_dir, params=_param_count(spec, base_dir))
     head = t("planner_ok" if verdict.ok else "planner_bad", lang)
     return f"**{'✓' if verdict.ok else '⚠'} {head}** · " + " · ".join(html.escape(x) for x in verdict.lines)
 

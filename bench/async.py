@@ -1,0 +1,63 @@
+"""Async rollout vs sync on the tiny preset, with the engine in its own worker process.
+
+    python -m bench.async [--steps 40] [--set section.field=value ...]
+
+Rows: sync with the in-process engine (today's default), async with the engine in a thread of the trainer
+(the old way: it shares the interpreter lock and the cores), async with the engine in one rollout worker
+process (max_staleness 1 and 2), each with one torch thread per process (this machine has 2 cores).
+Columns: seconds per step (after 3 warm-up steps), the ratio to sync (target <= 0.55), the overlap
+efficiency step / max(rollout + reward, train) (target <= 1.1: 1.0 means sampling hides fully behind
+training or the other way round), the largest staleness seen, and the learning trend: mean reward of
+the first 5 and of the last 5 steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from bench.common import run_ours, tiny_spec  # noqa: E402
+
+WARMUP = 3
+CONFIGS = [
+    ("sync, engine in-process", []),
+    ("async, engine in a thread", ["rollout.async_generation=true"]),
+    ("async, engine in a worker, staleness 1", ["rollout.async_generation=true", "rollout.placement=separate"]),
+    ("async, engine in a worker, staleness 2", ["rollout.async_generation=true", "rollout.placement=separate",
+                                                "rollout.max_staleness=2"]),
+]
+
+
+def summarize(rows: list[dict]) -> dict[str, float]:
+    timed = rows[WARMUP:]
+    step = statistics.mean(r["timing/step_s"] for r in timed)
+    roll = statistics.mean(r["timing/rollout_s"] + r["timing/reward_s"] for r in timed)
+    train = statistics.mean(r["timing/train_s"] + r["timing/weight_sync_s"] for r in timed)
+    return {"step": step, "rollout": roll, "train": train, "overlap": step / max(roll, train),
+            "stale": max(r["staleness"] for r in rows), "r_first": statistics.mean(r["reward"] for r in rows[:5]),
+            "r_last": statistics.mean(r["reward"] for r in rows[-5:])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    args = ap.parse_args()
+    base = [f"algorithm.max_steps={args.steps}", "resources.num_threads=1", "rollout.worker_threads=1", *args.overrides]
+    results = []
+    for name, extra in CONFIGS:
+        results.append((name, summarize(run_ours(tiny_spec([*base, *extra])))))
+    sync = results[0][1]["step"]
+    print(f"tiny preset, {args.steps} steps ({WARMUP} warm-up), one torch thread per process")
+    print(f"{'mode':40s} {'s/step':>7s} {'vs sync':>8s} {'rollout':>8s} {'train':>7s} {'overlap':>8s} {'stale':>6s} "
+          f"{'reward first5 -> last5':>24s}")
+    for name, s in results:
+        print(f"{name:40s} {s['step']:7.3f} {s['step'] / sync:8.2f} {s['rollout']:8.3f} {s['train']:7.3f} "
+              f"{s['overlap']:8.2f} {s['stale']:6.0f} {s['r_first']:11.3f} -> {s['r_last']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

