@@ -77,9 +77,9 @@ def test_known_values_token_level() -> None:
 def test_clip_metrics_both_sides() -> None:
     out = run("grpo")
     # 5 real tokens: token (0,0) clipped high (ratio 1.221 > 1.2, A > 0); (1,0) clipped low (0.670 < 0.8, A < 0).
-    assert out.clip_high.item() == pytest.approx(1 / 5)
-    assert out.clip_low.item() == pytest.approx(1 / 5)
-    assert out.clip_region.item() == pytest.approx(2 / 5)
+    assert out.clip_high == pytest.approx(1 / 5)
+    assert out.clip_low == pytest.approx(1 / 5)
+    assert out.clip_region == pytest.approx(2 / 5)
 
 
 def test_clipped_tokens_get_no_gradient() -> None:
@@ -104,7 +104,7 @@ def test_asymmetric_epsilon_high() -> None:
                            loss_type="bnpo", epsilon_low=0.2, epsilon_high=0.28)
     # ratio 1.2214 is inside 1 + 0.28 now: token (0,0) contributes -1.2214 instead of -1.2
     assert out.loss.item() == pytest.approx((-math.exp(0.2) - 0.606531 + 5.6) / 5, rel=1e-5)
-    assert out.clip_high.item() == 0
+    assert out.clip_high == 0
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
