@@ -156,7 +156,7 @@ UI: dict[str, dict[str, str]] = {
     "chart_reward": {"en": "Reward (mean ± std) and each function's mean", "zh": "奖励（均值 ± 标准差）及各函数均值"},
     "chart_reward_spread": {"en": "reward_std and frac_reward_zero_std", "zh": "奖励标准差与零方差组比例"},
     "chart_lengths": {"en": "Completion length (mean/min/max) and clipped ratio", "zh": "生成长度（均值/最小/最大）与截断比例"},
-    "chart_policy": {"en": "KL, entropy, clip ratios", "zh": "KL、熵、裁剪比例"},
+    "chart_policy": {"en": "KL, entropy, clipped and masked ratios", "zh": "KL、熵、裁剪与屏蔽比例"},
     "chart_optim": {"en": "Loss, grad norm, learning rate", "zh": "损失、梯度范数、学习率"},
     "chart_timing": {"en": "Seconds per step (rollout / reward / train / weight sync)", "zh": "每步耗时（采样/奖励/训练/权重同步）"},
     "chart_throughput": {"en": "Completion tokens per second, staleness", "zh": "每秒生成 token 数、策略滞后"},
