@@ -253,17 +253,44 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "resources.offload": ("Offload optimizer", "优化器卸载", "将优化器状态卸载到 CPU（DeepSpeed）。"),
     "resources.num_threads": ("CPU threads", "CPU 线程数", "torch 使用的 CPU 线程数（0 = torch 默认）。"),
     "algorithm.loss_type": ("Loss type", "损失类型",
-                            "损失聚合方式：grpo = 先按序列平均再跨序列平均；bnpo = 对微批次全部 token 平均；"
-                            "dr_grpo = token 求和 / (序列数 × 最大生成长度)；dapo = 对整个累积批次的 token 平均。"),
+                            "目标与聚合方式：grpo = 先按序列平均再跨序列平均；bnpo = 对微批次全部 token 平均；"
+                            "dr_grpo = token 求和 / (序列数 × 最大生成长度)；dapo = 对整个累积批次的 token 平均；"
+                            "cispo = 截断并停止梯度的重要性权重 × 优势 × 对数概率，按批次 token 平均（MiniMax-M1，上限为 "
+                            "epsilon_high）；sapo = 用平滑的 sigmoid 门控代替硬裁剪（SAPO）；luspo = 每个序列 token 求和"
+                            "后跨序列平均，配合序列级重要性采样（LUSPO）。"),
     "algorithm.beta": ("KL coefficient (beta)", "KL 系数（beta）", "相对参考模型的 KL 系数（0 = 不加载参考模型）。"),
+    "algorithm.use_bias_correction_kl": ("Bias-corrected KL", "KL 偏差校正",
+                                         "将 k3 KL 项乘以重要性比率，得到无偏的反向 KL 梯度（DeepSeek-V3.2）；仅在 beta > 0 时有效。"),
     "algorithm.epsilon": ("Clip epsilon", "裁剪 epsilon", "比率的下裁剪范围：1 - epsilon。"),
     "algorithm.epsilon_high": ("Clip epsilon high", "上裁剪 epsilon_high",
-                               "上裁剪范围：1 + epsilon_high（0 = 与 epsilon 相同；DAPO 用 0.28）。"),
+                               "上裁剪范围：1 + epsilon_high（0 = 与 epsilon 相同；DAPO 用 0.28）。"
+                               "loss_type 为 cispo 时它就是重要性权重的上限本身（ScaleRL：5.0）。"),
+    "algorithm.delta": ("Two-sided clip (delta)", "双侧裁剪（delta）",
+                        "双侧裁剪（INTELLECT-2）：把未裁剪的比率项限制在 delta 以内，须大于 1 + epsilon_high，例如 4（0 = 关闭）。"),
+    "algorithm.sapo_temperature_pos": ("SAPO temperature (A > 0)", "SAPO 温度（正优势）", "正优势 token 的 SAPO 门控温度。"),
+    "algorithm.sapo_temperature_neg": ("SAPO temperature (A <= 0)", "SAPO 温度（非正优势）",
+                                       "非正优势 token 的 SAPO 门控温度（论文建议略高于正优势温度）。"),
     "algorithm.num_iterations": ("Updates per batch (mu)", "每批更新次数（mu）", "每个采样批次做的优化步数（论文中的 mu）。"),
     "algorithm.scale_rewards": ("Scale rewards", "奖励缩放", "用组内、批内奖励标准差归一化优势，或不归一化（Dr. GRPO）。"),
     "algorithm.importance_sampling_level": ("Importance sampling level", "重要性采样粒度",
                                             "按 token 计算比率（GRPO），或每个序列一个比率，即平均对数比（GSPO）。"),
     "algorithm.mask_truncated_completions": ("Mask truncated completions", "屏蔽被截断的回答", "将达到最大长度的回答排除在损失之外。"),
+    "algorithm.off_policy_mask_threshold": ("Off-policy mask threshold", "离策略序列屏蔽阈值",
+                                            "离策略序列屏蔽（DeepSeek-V3.2）：优势为负且与采样策略的平均逐 token "
+                                            "log 概率差超过该值的回答不参与损失；有引擎采样对数概率时用之，例如 0.5（0 = 关闭）。"),
+    "algorithm.top_entropy_quantile": ("Top-entropy token fraction", "高熵 token 比例",
+                                       "只在熵最高的这部分 token（分叉 token）上训练（80/20 规则：0.2；1 = 全部 token）。"),
+    "algorithm.entropy_coef": ("Entropy bonus", "熵奖励系数",
+                               "熵奖励：从损失中减去 系数 × 平均 token 熵，对所有损失类型含义相同（0 = 关闭；自适应时为初始值）。"),
+    "algorithm.use_adaptive_entropy": ("Adaptive entropy control", "自适应熵控制",
+                                       "自适应熵控制（Skywork-OR1）：仅当熵不高于 entropy_target 时施加熵奖励；"
+                                       "每步熵不高于目标则系数加 entropy_coef_delta，否则减小。"),
+    "algorithm.entropy_target": ("Entropy target", "目标熵", "自适应熵控制的目标平均 token 熵（nats），可设为训练初期记录的熵附近。"),
+    "algorithm.entropy_coef_min": ("Entropy coef min", "熵系数下限", "自适应熵系数的下限。"),
+    "algorithm.entropy_coef_max": ("Entropy coef max", "熵系数上限", "自适应熵系数的上限。"),
+    "algorithm.entropy_coef_delta": ("Entropy coef step", "熵系数步长", "每个优化步自适应熵系数的调整量。"),
+    "algorithm.disable_dropout": ("Disable dropout", "关闭 dropout",
+                                  "关闭策略与参考模型中的 dropout，使首次更新时与采样策略的比率恰为 1，参考模型输出确定。"),
     "algorithm.dynamic_sampling": ("Dynamic sampling", "动态采样", "丢弃奖励全相同的组并补采更多提示（DAPO）。"),
     "algorithm.dynamic_sampling_max_retries": ("Dynamic sampling retries", "动态采样重试次数", "为补满批次而额外采样的轮数。"),
     "algorithm.learning_rate": ("Learning rate", "学习率", "峰值学习率（AdamW）。"),
