@@ -25,7 +25,7 @@ from pathlib import Path
 from backend.data import SUPPORTED_DATA_SUFFIXES, is_hub_id, scan_source, split_source, template_columns
 from backend.rewards.plugins import plugin_reward_names
 from backend.rewards.registry import BUILTIN_REWARDS
-from backend.spec import RunSpec, SpecError, SpecIssue
+from backend.spec import CLIPPED_LOSS_TYPES, RunSpec, SpecError, SpecIssue
 
 # ----------------------------------------------------------------------------- the machine
 
@@ -268,9 +268,6 @@ def _check_split(spec: RunSpec, issues: list[SpecIssue]) -> None:
         issues.append(SpecIssue("resources.deepspeed_stage", "DeepSpeed needs GPUs; use stage 0 on cpu"))
 
 
-_CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # loss types with the PPO-style clipped surrogate
-
-
 def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
     """Options that only mean something with some loss types, and bounds that depend on other fields."""
     a, defaults = spec.algorithm, type(spec.algorithm)()
@@ -282,9 +279,9 @@ def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
                                 "loss_type luspo is defined on sequence-level ratios: set importance_sampling_level "
                                 "to sequence"))
     if a.delta:
-        if a.loss_type not in _CLIPPED:
+        if a.loss_type not in CLIPPED_LOSS_TYPES:
             issues.append(SpecIssue("algorithm.delta", f"two-sided clipping applies to the clipped objectives "
-                                                       f"({', '.join(_CLIPPED)}), not loss_type {a.loss_type}"))
+                                                       f"({', '.join(CLIPPED_LOSS_TYPES)}), not loss_type {a.loss_type}"))
         elif a.delta <= 1 + a.upper_clip:
             issues.append(SpecIssue("algorithm.delta", f"must exceed 1 + epsilon_high = {1 + a.upper_clip:g} "
                                                        "(it caps only ratios above the clip range; INTELLECT-2 uses 4)"))

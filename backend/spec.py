@@ -22,6 +22,11 @@ def _adv(**extra: Any) -> dict[str, Any]:
     return {"advanced": True, **extra}
 
 
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"]
+# the loss types built on the PPO-style clipped surrogate: `delta` and the clip_ratio metrics apply to these
+CLIPPED_LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -116,7 +121,7 @@ class ResourcesSection(Section):
 
 
 class AlgorithmSection(Section):
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"] = Field(
+    loss_type: LossType = Field(
         "grpo", description="Objective and its aggregation: grpo = mean per sequence then over sequences; bnpo = mean "
                             "over the micro-batch's tokens; dr_grpo = token sum / (sequences x max_completion_length); "
                             "dapo = token mean over the whole accumulated batch; cispo = clipped, detached IS weight x "

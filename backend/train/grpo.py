@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import get_args
 
 import torch
+
+from backend.spec import CLIPPED_LOSS_TYPES, LossType
 
 
 def combine_rewards(per_fn: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -53,9 +56,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
-# loss types whose per-token term is the PPO-style clipped surrogate (the ones `delta` and the clip metrics apply to)
-CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
-LOSS_TYPES = (*CLIPPED_LOSS_TYPES, "cispo", "sapo")
+LOSS_TYPES: tuple[str, ...] = get_args(LossType)
 
 
 @dataclass
