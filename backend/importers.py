@@ -239,6 +239,14 @@ def _finish_warmup(res: ImportResult, ratio: float | None) -> None:
         res.unmapped.append(f"warmup_ratio {ratio} (no max_steps to convert it with: set algorithm.warmup_steps)")
 
 
+def _finish_dropout(res: ImportResult) -> None:
+    """TRL and ms-swift keep dropout unless told (disable_dropout defaults to False there, True here): a LoRA
+    dropout the config asks for is kept by turning disable_dropout off."""
+    if res.values.get("model.lora_dropout", 0) > 0 and "algorithm.disable_dropout" not in res.values:
+        res.values["algorithm.disable_dropout"] = False
+        res.notes.append("lora_dropout > 0 and no disable_dropout: dropout kept (algorithm.disable_dropout false)")
+
+
 def _rewards(names: list[str], weights: list[float] | None, res: ImportResult) -> None:
     if not names:
         return
@@ -341,6 +349,7 @@ def import_swift(cmdline: str) -> ImportResult:
     if res.values.get("rollout.engine") == "vllm" and "rollout.placement" not in res.values:
         res.values["rollout.placement"] = "colocate"
     _rewards(reward_names, reward_weights, res)
+    _finish_dropout(res)
     _finish_batch(res, per_device, nproc, {})
     _finish_warmup(res, warmup_ratio)
     return res
@@ -403,6 +412,7 @@ def import_trl(text: str) -> ImportResult:
         res.values["rollout.placement"] = "colocate"  # TRL's default vllm_mode is server; colocate is the safe guess
         res.notes.append("use_vllm without vllm_mode: TRL defaults to server mode; mapped to colocate here")
     _rewards(reward_names, reward_weights, res)
+    _finish_dropout(res)
     _finish_batch(res, per_device, nproc, opts)
     _finish_warmup(res, warmup_ratio)
     if per_device is not None and nproc == 1:

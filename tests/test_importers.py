@@ -186,3 +186,11 @@ def test_import_swift_objective_options():
     assert a.importance_sampling_level == "sequence"
     luspo = import_swift("swift rlhf --loss_type luspo --importance_sampling_level sequence").apply()
     assert luspo.algorithm.loss_type == "luspo"
+
+
+def test_an_imported_lora_dropout_is_kept():
+    res = import_swift("swift rlhf --model m --train_type lora --lora_dropout 0.05")
+    assert res.values["algorithm.disable_dropout"] is False  # ms-swift and TRL keep dropout by default
+    assert res.apply().model.lora_dropout == 0.05
+    explicit = import_trl("use_peft: true\nlora_dropout: 0.05\ndisable_dropout: true")
+    assert explicit.values["algorithm.disable_dropout"] is True  # said explicitly: check_spec will name the clash
