@@ -241,7 +241,9 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "rollout.top_p": ("top_p", "top_p", "核采样：保留累计概率达到该值的最小 token 集合。"),
     "rollout.top_k": ("top_k", "top_k", "只保留概率最高的 k 个 token（0 = 关闭）。"),
     "rollout.max_completion_length": ("Max completion tokens", "最大生成长度", "每个回答最多生成的 token 数。"),
-    "rollout.async_generation": ("Async generation", "异步生成", "训练本批时用引擎已有的最新权重提前采样后续批次（最多偏离策略 max_staleness 次更新）。"),
+    "rollout.async_generation": ("Async generation", "异步生成",
+        "训练本批时用引擎已有的最新权重提前采样后续批次（最"
+        "多偏离策略 max_staleness 次更新）。"),
     "rollout.gpu_memory_utilization": ("GPU memory fraction", "显存占用比例", "引擎可占用的显存比例。"),
     "rollout.tensor_parallel_size": ("Tensor parallel size", "张量并行数", "每个引擎实例使用的 GPU 数（张量并行）。"),
     "rollout.data_parallel_size": ("Engine instances (DP)", "引擎实例数（数据并行）", "并行采样的引擎实例数。"),
@@ -251,13 +253,19 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "rollout.worker_urls": ("Worker URLs", "采样进程地址",
         "手动启动的采样进程的 host:port（python -m backend.rollou"
         "t.worker）；空 = 由训练器启动。密钥取自 GRPO_WORKER_AUTHKEY。"),
-    "rollout.worker_python": ("Worker Python", "采样进程 Python", "采样进程使用的 Python 解释器，例如 LMDeploy 或 vLLM 环境的 bin/python（空 = 与训练器相同）。"),
+    "rollout.worker_python": ("Worker Python", "采样进程 Python",
+        "采样进程使用的 Python 解释器，例如 LMDeploy 或"
+        " vLLM 环境的 bin/python（空 = 与训练器相同）。"),
     "rollout.worker_threads": ("Worker threads", "采样进程线程数", "CPU 上每个采样进程的 torch 线程数。"),
-    "rollout.worker_timeout_s": ("Worker timeout (s)", "采样进程超时（秒）", "采样进程单次请求超过此时间即视为卡死：运行失败并给出该进程的名字。"),
+    "rollout.worker_timeout_s": ("Worker timeout (s)", "采样进程超时（秒）",
+        "采样进程单次请求超过此时间即视为"
+        "卡死：运行失败并给出该进程的名字。"),
     "rollout.vllm_importance_sampling_correction": ("Importance sampling correction", "重要性采样校正",
         "截断重要性采样：按 训练策略/采样策略 的概率比加权损失，校正引"
         "擎与训练器的差异和异步陈旧度（TRL 的名字，适用于所有引擎）。"),
-    "rollout.vllm_importance_sampling_mode": ("Importance sampling mode", "重要性采样方式", "按 token 或按序列计算比值；truncate = 在上限处截断，mask = 超过上限置零。"),
+    "rollout.vllm_importance_sampling_mode": ("Importance sampling mode", "重要性采样方式",
+        "按 token 或按序列计算比值；truncat"
+        "e = 在上限处截断，mask = 超过上限置零。"),
     "rollout.vllm_importance_sampling_clip_max": ("Importance sampling cap", "重要性采样上限", "重要性采样比值的上限 C。"),
     "resources.device": ("Device", "设备", "训练设备；auto = 有 CUDA 就用 GPU，否则用 CPU。"),
     "resources.train_gpus": ("Training GPUs", "训练 GPU", "用于训练的 GPU 编号（空 = 全部可见 GPU，或 CPU）。"),
