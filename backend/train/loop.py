@@ -80,6 +80,8 @@ class GRPOTrainer:
         self.autocast_dtype = compute_dtype(spec)  # bf16 compute over fp32 master weights, or None
         self.engine: RolloutEngine = build_engine(spec, self.policy, self.tokenizer, self.autocast_dtype, base_dir, run.path)
         self.engine_version = 0  # optimizer steps behind the weights the engine holds
+        r = spec.rollout  # a colocated GPU engine sleeps while the trainer updates (sync only: async keeps it busy)
+        self.engine_sleeps = r.placement == "colocate" and r.sleep and r.engine != "hf" and not r.async_generation
         self.async_counts = {"async/waited": 0, "async/dropped": 0}  # batches held back / resampled by the bound
         self.scorer = RewardScorer(spec.rewards, base_dir=base_dir, device=str(self.device))
         self.weights = torch.tensor(self.scorer.weights)
@@ -141,6 +143,15 @@ class GRPOTrainer:
         return [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
 
     def make_rollout(self, index: int, policy_version: int) -> Rollout:
+        if self.engine_sleeps:
+            self.engine.wake_up()  # (weights were pushed, and the engine woken, by sync_weights already)
+            try:
+                return self._make_rollout(index, policy_version)
+            finally:
+                self.engine.sleep()
+        return self._make_rollout(index, policy_version)
+
+    def _make_rollout(self, index: int, policy_version: int) -> Rollout:
         a, P = self.spec.algorithm, self.spec.algorithm.prompts_per_step
         timings: dict[str, float] = {}
         scored = self._generate_groups(self.sampler.take(P), index, 0, timings)
@@ -361,6 +372,8 @@ class GRPOTrainer:
             self.engine_version = self.step
             return 0.0
         t0 = time.time()
+        if self.engine_sleeps:
+            self.engine.wake_up()  # a level-2 sleep dropped the weights: wake, then load the new ones
         self.push_weights(self.engine_weights(), self.step)
         return time.time() - t0
 
