@@ -18,7 +18,7 @@ def choice_letter(text: str) -> str | None:
     t = normalize_unicode(text)
     for region in (answer_tag(t), last_boxed(t)):
         if region is not None:
-            m = _LONE.search(region.strip())
+            m = _LONE.search(region.strip().upper())
             return m.group(1).upper() if m else None
     stated = _STATED.findall(t)
     if stated:
