@@ -83,7 +83,7 @@ def test_model_references(tmp_path: Path) -> None:
 
 
 def test_benchmark_samples_and_answer_extraction(tmp_path: Path) -> None:
-    for name, bench in BENCHMARKS.items():
+    for name in BENCHMARKS:
         b, path = parse_data_ref(name)
         rows = load_benchmark(b, path, ROOT)
         assert rows and all(r["prompt"] and r["solution"] for r in rows), name

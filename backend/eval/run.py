@@ -34,10 +34,9 @@ from backend.eval.models import ModelChoice, load_model, load_tokenizer, resolve
 from backend.eval.thinking import DEFAULT_SWITCHES, ThinkingStats, summarize_thinking, thinking_stats
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams
-from backend.rundir import atomic_write_text, process_alive
+from backend.rundir import CORRECTNESS_REWARDS, atomic_write_text, read_eval_status
 from backend.spec import DataSection, RewardFunction, RewardsSection
 
-CORRECTNESS_REWARDS = ("accuracy", "multiple_choice", "exact_match", "countdown", "counting")
 ENGINES = ("hf", "vllm", "lmdeploy")
 
 
@@ -204,16 +203,7 @@ class Progress:
             print(f"eval {done}/{self.total} prompts  {rate:.1f} samples/s  ETA {eta_s}", file=sys.stderr, flush=True)
 
 
-def read_status(out: str | Path) -> dict[str, Any]:
-    """An eval folder's status as a watcher should see it (a running eval whose process died is failed)."""
-    try:
-        st = json.loads((Path(out) / "status.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    if st.get("state") == "running" and not process_alive(st.get("pid"), st.get("pid_create_time")):
-        st["state"] = "failed"
-        st["error"] = st.get("error") or "the eval process is gone"
-    return st
+read_status = read_eval_status  # the studio reads it through backend.rundir
 
 
 def run_eval(cfg: EvalConfig, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:
