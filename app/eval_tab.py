@@ -244,7 +244,10 @@ class EvalTab:
         if len(chosen) < 2:
             return [t("ev_cmp_pick", lang), None, "", None, gr.update(visible=False)]
         try:
-            cmp = compare([load_eval(evals[s], f"{j}:{load_eval(evals[s]).label}") for j, s in enumerate(chosen)])
+            loaded = [load_eval(evals[s]) for s in chosen]
+            for j, e in enumerate(loaded):  # numbered: two evaluations of the same model stay apart
+                e.label = f"{j}:{e.label}"
+            cmp = compare(loaded)
         except CompareError as err:
             return ["⚠ " + html.escape(str(err)), None, "", None, gr.update(visible=False)]
         rows = cmp.filtered(which or "all")
