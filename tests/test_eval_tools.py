@@ -135,3 +135,26 @@ def test_eval_and_compare_line_up(tmp_path: Path) -> None:
     run_eval(EvalConfig(model=str(TINY), ks=[1], out=str(tmp_path / "c"), **{**common, "limit": 5}))
     with pytest.raises(CompareError, match="same prompts"):
         compare([load_eval(tmp_path / "a"), load_eval(tmp_path / "c")])
+
+
+def test_cli_errors_name_the_bad_argument(tmp_path: Path, capsys) -> None:
+    from backend.eval.cli import main
+
+    assert main(["--model", str(tmp_path / "nope"), "--data", "gsm8k", "--out", str(tmp_path / "f")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    st = read_status(tmp_path / "f")  # the studio follows the folder: an early failure is reported there too
+    assert st["state"] == "failed" and "no such directory" in st["error"]
+    assert main(["--model", str(TINY), "--data", "gsm8k", "--k", "1,4", "--n", "2"]) == 2
+    assert "pass@4 needs --n >= 4" in capsys.readouterr().err
+    assert main(["--model", str(TINY)]) == 2
+    assert "--data is required" in capsys.readouterr().err
+    assert main(["--model", str(TINY), "--data", "gsm8k", "--top-p", "0"]) == 2
+    assert "--top-p" in capsys.readouterr().err
+    assert main(["--model", str(TINY), "--data", "gsm8k", "--rewards", "exact_match", "--correct", "accuracy",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "--correct 'accuracy' is not among" in capsys.readouterr().err
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        assert main(["--model", str(TINY), "--data", "gsm8k", "--engine", "vllm", "--out", str(tmp_path / "v")]) == 2
+        assert "vllm package is not installed" in capsys.readouterr().err

@@ -208,6 +208,19 @@ read_status = read_eval_status  # the studio reads it through backend.rundir
 
 def run_eval(cfg: EvalConfig, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:
     """Run the evaluation of the module docstring and return results.json's content."""
+    try:
+        return _run_eval(cfg, log)
+    except BaseException as err:
+        # an eval launched with --out (the studio's way) reports even an early failure in its folder
+        if cfg.out and not (Path(cfg.out) / "status.json").is_file():
+            Path(cfg.out).mkdir(parents=True, exist_ok=True)
+            atomic_write_text(Path(cfg.out) / "status.json", json.dumps(
+                {"state": "failed", "pid": os.getpid(), "done": 0, "total": 0, "error": f"{type(err).__name__}: {err}",
+                 "updated_at": time.time()}))
+        raise
+
+
+def _run_eval(cfg: EvalConfig, log: Callable[[str], None]) -> dict[str, Any]:
     base_dir = Path(cfg.base_dir)
     if any(k < 1 for k in cfg.ks):
         raise EvalError(f"--k {cfg.ks}: every k must be >= 1")
