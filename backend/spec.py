@@ -143,6 +143,11 @@ class AlgorithmSection(Section):
     max_steps: int = Field(200, ge=1, le=10_000_000, description="Optimizer steps to train.")
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for data order, sampling and initialisation.")
 
+    @property
+    def upper_clip(self) -> float:
+        """The upper clip range in effect: epsilon_high, or epsilon when epsilon_high is 0."""
+        return self.epsilon_high or self.epsilon
+
 
 class OutputSection(Section):
     runs_dir: str = Field("runs", description="Folder that holds run directories.")
@@ -170,9 +175,6 @@ class RunSpec(Section):
     def completions_per_step(self) -> int:
         return self.algorithm.prompts_per_step * self.rollout.num_generations
 
-    @property
-    def epsilon_high(self) -> float:
-        return self.algorithm.epsilon_high or self.algorithm.epsilon
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

@@ -229,3 +229,18 @@ def test_launcher_stop_then_resume_completes(tmp_path: Path) -> None:
     launcher.stop(run, force=True)
     steps = [r["step"] for r in read_jsonl(run.metrics_path)[0]]
     assert steps == list(range(1, len(steps) + 1))  # continued from the checkpoint, no gap or repeat
+
+
+def test_trainer_state_is_safe_to_load_and_old_pickles_are_refused(tmp_path: Path) -> None:
+    run, _ = train(tmp_path, "algorithm.max_steps=2", "algorithm.num_iterations=2", "rollout.async_generation=true")
+    state_path = run.checkpoints()[-1] / "trainer_state.pt"
+    raw = torch.load(state_path, weights_only=True)  # tensors and plain data only: no code can run
+    assert raw["format"] == 2 and raw["step"] == 2
+    # a checkpoint of the first version pickled whole objects: resuming it must refuse, not execute
+    torch.save({"step": 2, "pending": object.__new__(torch.nn.Identity)}, state_path)
+    run.write_status(state="stopped")
+    proc = subprocess.run([sys.executable, "-m", "backend.train", "--resume", str(run.path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    status = run.read_status()
+    assert status["state"] == "failed" and "pickled objects" in status["error"] and "refused" in status["error"]

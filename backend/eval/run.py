@@ -21,13 +21,13 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from backend.data import DataError, load_rows, render_prompt
+from backend.data import load_rows, render_prompt
 from backend.eval.benchmarks import Benchmark, load_benchmark, math_answer, parse_data_ref, plain_answer
 from backend.eval.metrics import PromptResult, summarize
 from backend.eval.models import ModelChoice, load_model, load_tokenizer, resolve_model
@@ -272,6 +272,7 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
     per_prompt: list[PromptResult] = []
     think: list[ThinkingStats | None] = []
     gen_s = score_s = 0.0
+    mats: list[np.ndarray] = []
     samples_path = out / "samples.jsonl"
     samples_path.write_text("")
     done = 0
@@ -292,6 +293,7 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
             mat = scorer.score([t for t in texts for _ in range(n)], [c.text for c in flat], rep_rows,
                                [c.token_ids for c in flat])
             score_s += time.time() - t0
+            mats.append(mat)
             totals = np.nansum(mat * scorer.weights[None, :], axis=1)
             for p, (row, text, group) in enumerate(zip(rows, texts, groups, strict=True)):
                 sub = mat[p * n:(p + 1) * n]
@@ -319,8 +321,9 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
             progress.write("running", done, done * n)
     engine.close()
     metrics = summarize(per_prompt, settings["ks"])
-    fn_means = {f"rewards/{nm}/mean": _num(np.nanmean(mat_col)) if not np.isnan(mat_col).all() else None
-                for nm, mat_col in _columns(out / "samples.jsonl", scorer.names).items()}
+    allm = np.concatenate(mats)
+    fn_means = {f"rewards/{nm}/mean": None if np.isnan(allm[:, k]).all() else _num(np.nanmean(allm[:, k]))
+                for k, nm in enumerate(scorer.names)}
     total = len(ed.rows) * n
     results = {**settings, "correct_function": scorer.names[ci], "metrics": {**metrics, **fn_means},
                "thinking": summarize_thinking(think),
@@ -341,16 +344,3 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
 def _num(x: Any) -> float | None:
     v = float(x)
     return None if math.isnan(v) else v
-
-
-def _columns(path: Path, names: list[str]) -> dict[str, np.ndarray]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {nm: np.array([np.nan if r["rewards"].get(nm) is None else r["rewards"][nm] for r in rows], dtype=float)
-            for nm in names}
-
-
-def config_dict(cfg: EvalConfig) -> dict[str, Any]:
-    return asdict(cfg)
-
-
-__all__ = ["EvalConfig", "EvalError", "run_eval", "read_status", "DataError"]

@@ -16,8 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from backend.rewards.registry import builtin
 from backend.rewards.text import completion_text, lengths
 
-_text = completion_text  # kept for callers of the first version
-
 
 @builtin("exact_match", needs=("solution",))
 def exact_match(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
@@ -25,7 +23,7 @@ def exact_match(completions: list[Any], prompts: list[Any] | None = None, soluti
     """1 if the completion, stripped of surrounding white space, equals the solution exactly, else 0.
     None where the row has no solution."""
     sols = solution or [None] * len(completions)
-    return [None if s is None else float(_text(c).strip() == str(s).strip())
+    return [None if s is None else float(completion_text(c).strip() == str(s).strip())
             for c, s in zip(completions, sols, strict=True)]
 
 
@@ -40,7 +38,7 @@ def digit_match(completions: list[Any], prompts: list[Any] | None = None, soluti
         if s is None:
             out.append(None)
             continue
-        c, s = _text(c).strip(), str(s).strip()
+        c, s = completion_text(c).strip(), str(s).strip()
         width = max(len(c), len(s))
         out.append(sum(x == y for x, y in zip(c, s, strict=False)) / width if width else 1.0)
     return out
@@ -56,7 +54,7 @@ def format_(completions: list[Any], prompts: list[Any] | None = None, **_: Any) 
     allowed around and between the blocks), each tag exactly once; else 0."""
     out: list[float | None] = []
     for c in completions:
-        t = _text(c)
+        t = completion_text(c)
         # the count check stops ".*?" from swallowing a second block, e.g. "...</answer><answer>..."
         ok = _FORMAT.fullmatch(t) is not None and all(t.count(tag) == 1 for tag in _TAGS)
         out.append(float(ok))
@@ -67,7 +65,7 @@ def format_(completions: list[Any], prompts: list[Any] | None = None, **_: Any) 
 def tag_count(completions: list[Any], prompts: list[Any] | None = None, **_: Any) -> list[float | None]:
     """0.25 for each of <think>, </think>, <answer>, </answer> that occurs exactly once (0 to 1).
     A softer format signal than `format`, from open-r1."""
-    return [sum(0.25 for tag in _TAGS if _text(c).count(tag) == 1) for c in completions]
+    return [sum(0.25 for tag in _TAGS if completion_text(c).count(tag) == 1) for c in completions]
 
 
 class RepetitionParams(BaseModel):
@@ -87,7 +85,7 @@ def repetition(completions: list[Any], prompts: list[Any] | None = None, *, ngra
     0 when the completion has fewer than n units."""
     out: list[float | None] = []
     for c in completions:
-        t = _text(c).lower()
+        t = completion_text(c).lower()
         units = t.split() if unit == "word" else [ch for ch in t if not ch.isspace()]
         total = len(units) - ngram_size + 1
         if total <= 0:

@@ -197,7 +197,7 @@ def _serve(conn: Connection) -> None:
             dt = time.perf_counter() - t0
             try:
                 conn.send(("result", batch, j, scores, dt))
-            except OSError:
+            except OSError:  # the pipe is gone: let it end the worker
                 raise
             except Exception as err:  # pickling fails before anything is written
                 conn.send(("error", batch, j, (f"returned a value that cannot be sent back ({err})", None), dt))

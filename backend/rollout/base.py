@@ -13,6 +13,15 @@ from typing import Any, Literal, Protocol
 import torch
 
 
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed for the stream named by `parts` (run seed, rollout, retry, chunk...). It is a hash
+    (numpy's SeedSequence), so distinct part tuples give independent streams: unlike sums such as
+    `seed + 101 * index + salt`, no two tuples land on the same seed by arithmetic coincidence."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, np.uint64)[0] >> 1)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     n: int

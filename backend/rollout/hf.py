@@ -14,7 +14,7 @@ from dataclasses import replace
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from backend.rollout.base import Completion, PromptInput, SamplingParams
+from backend.rollout.base import Completion, PromptInput, SamplingParams, derive_seed
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -65,7 +65,7 @@ class HFEngine:
         per_chunk = max(1, self.max_batch // sampling.n)
         out: list[list[Completion]] = []
         for k, i in enumerate(range(0, len(prompts), per_chunk)):
-            seed = None if sampling.seed is None else sampling.seed + 7919 * k  # chunks must not repeat samples
+            seed = None if sampling.seed is None else derive_seed(sampling.seed, k)  # chunks must not repeat samples
             out.extend(self._generate(prompts[i:i + per_chunk], replace(sampling, seed=seed)))
         return out
 

@@ -19,7 +19,6 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +29,12 @@ from backend.data import PromptSampler, load_rows, render_prompt
 from backend.eval.greedy import greedy_eval
 from backend.models import compute_dtype, load_tokenizer, resolve_device
 from backend.rewards.scorer import RewardScorer
-from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams
+from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams, derive_seed
 from backend.rollout.hf import HFEngine, left_pad
 from backend.rundir import RunDir
 from backend.spec import RunSpec
 from backend.train import grpo
+from backend.train.batch import PendingRollout, Prompt, Rollout, ScoredGroup
 from backend.train.builders import (
     build_engine,
     build_optimizer,
@@ -42,30 +42,11 @@ from backend.train.builders import (
     build_reference,
     build_scheduler,
 )
+from backend.train.checkpoint import load_trainer_state, save_trainer_state
 from backend.train.forward import autocast, completion_logits
 from backend.train.signals import STOP
 from backend.train.sinks import make_sinks
 from backend.train.telemetry import Telemetry
-
-
-@dataclass
-class Rollout:
-    """One batch of completions with everything the loss needs (tensors on CPU, moved per micro-batch)."""
-
-    index: int  # rollout number, 1-based
-    policy_version: int  # optimizer steps taken by the policy that sampled it
-    prompt_ids: torch.Tensor  # (B, Lp) left padded
-    prompt_mask: torch.Tensor
-    completion_ids: torch.Tensor  # (B, Lc) right padded
-    completion_mask: torch.Tensor  # 1 on sampled tokens (incl. EOS)
-    loss_mask: torch.Tensor  # completion_mask, minus truncated completions when masked
-    sampling_logps: torch.Tensor | None  # (B, Lc) from the engine
-    advantages: torch.Tensor  # (B,)
-    metrics: dict[str, float]
-    samples: list[dict[str, Any]]
-    old_logps: torch.Tensor | None = None
-    ref_logps: torch.Tensor | None = None
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 class StopRequested(Exception):
@@ -95,11 +76,11 @@ class GRPOTrainer:
         self.rows = load_rows(spec.data.sources, spec.data, a.seed, base_dir)
         eval_data = spec.data.model_copy(update={"limit": 0})  # data.limit is about training rows
         self.eval_rows = load_rows(spec.data.eval_sources, eval_data, a.seed, base_dir) if spec.data.eval_sources else []
-        self._prompt_cache: dict[tuple[str, int], tuple[str, list[int]]] = {}
+        self._prompt_cache: dict[tuple[str, int], Prompt] = {}
         self.sampler = PromptSampler(len(self.rows), a.seed)
         self.step = 0
         self.rollouts_done = 0
-        self.pending: tuple[Rollout, int] | None = None  # a rollout with iterations left, and how many were done
+        self.pending: PendingRollout | None = None
         self.stop_at_step: int | None = None  # stop (with a checkpoint) once this step is done, as on SIGTERM
         self.on_step: Callable[[GRPOTrainer, dict[str, Any]], None] | None = None  # after each step is logged
         self.telemetry = Telemetry()
@@ -107,41 +88,40 @@ class GRPOTrainer:
         self.started = time.time()
         self.elapsed_before = 0.0
         self.resumed_in_flight = None  # async: the rollout that was being sampled when the checkpoint was taken
+        self.unscored: dict[str, tuple[int, int]] = {}  # reward name -> (first rollout, batches) scored all None
         if ckpt is not None:
             self._load_state(ckpt)
         run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
 
     # ------------------------------------------------------------------ rollout
 
-    def _prompt(self, row_idx: int, rows: list[dict[str, Any]], split: str) -> tuple[str, list[int]]:
+    def _prompt(self, row_idx: int, rows: list[dict[str, Any]], split: str) -> Prompt:
         key = (split, row_idx)
         if key not in self._prompt_cache:
             text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            self._prompt_cache[key] = (text, ids)
+            self._prompt_cache[key] = Prompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return self._prompt_cache[key]
 
-    def _sampling(self, index: int, n: int) -> SamplingParams:
+    def _sampling(self, index: int, attempt: int, n: int) -> SamplingParams:
         r = self.spec.rollout
-        # A seed per rollout makes sampling independent of thread timing and exactly resumable.
+        # A seed per rollout and sampling attempt makes sampling independent of thread timing and exactly resumable.
         return SamplingParams(n=n, max_tokens=r.max_completion_length, temperature=r.temperature,
-                              top_p=r.top_p, top_k=r.top_k,
-                              seed=self.spec.algorithm.seed * 1_000_003 + index)
+                              top_p=r.top_p, top_k=r.top_k, seed=derive_seed(self.spec.algorithm.seed, index, attempt))
 
-    def _generate_groups(self, row_ids: list[int], index: int, salt: int, timings: dict[str, float]
-                         ) -> list[tuple[tuple, np.ndarray]]:
-        """Generate and score one group per row: [((row index, (prompt text, ids), completions), rewards (G, F))]."""
+    def _generate_groups(self, row_ids: list[int], index: int, attempt: int, timings: dict[str, float]
+                         ) -> list[ScoredGroup]:
+        """Generate G completions for each row and score them."""
         G = self.spec.rollout.num_generations
         prompts = [self._prompt(i, self.rows, "train") for i in row_ids]
         t0 = time.time()
-        groups = self.engine.generate([PromptInput(ids) for _, ids in prompts], self._sampling(index * 101 + salt, G))
+        groups = self.engine.generate([PromptInput(p.ids) for p in prompts], self._sampling(index, attempt, G))
         t1 = time.time()
-        matrix = self.scorer.score([p for p, _ in prompts for _ in range(G)], [c.text for g in groups for c in g],
+        matrix = self.scorer.score([p.text for p in prompts for _ in range(G)], [c.text for g in groups for c in g],
                                    [self.rows[i] for i in row_ids for _ in range(G)],
                                    completion_ids=[c.token_ids for g in groups for c in g])
         timings["rollout_s"] = timings.get("rollout_s", 0.0) + t1 - t0
         timings["reward_s"] = timings.get("reward_s", 0.0) + time.time() - t1
-        return [((i, prompts[k], g), matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
+        return [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
 
     def make_rollout(self, index: int, policy_version: int) -> Rollout:
         a, P = self.spec.algorithm, self.spec.algorithm.prompts_per_step
@@ -150,30 +130,30 @@ class GRPOTrainer:
         dropped = 0
         if a.dynamic_sampling:
             # DAPO: keep groups whose rewards differ (only they carry signal); refill from new prompts.
-            kept: list = []
-            spare: list = []
+            kept: list[ScoredGroup] = []
+            spare: list[ScoredGroup] = []
             for attempt in range(a.dynamic_sampling_max_retries + 1):
                 if attempt:
                     scored = self._generate_groups(self.sampler.take(P), index, attempt, timings)
-                for group, block in scored:
-                    total = np.nansum(block * self.scorer.weights[None, :], axis=1)
-                    (kept if np.ptp(total) > 1e-6 and len(kept) < P else spare).append((group, block))
+                for group in scored:
+                    total = np.nansum(group.rewards * self.scorer.weights[None, :], axis=1)
+                    (kept if np.ptp(total) > 1e-6 and len(kept) < P else spare).append(group)
                 if len(kept) >= P:
                     break
             dropped = len(spare)
             scored = kept + spare[:P - len(kept)]  # retries exhausted: pad with zero-signal groups
-        matrix = np.concatenate([block for _, block in scored], axis=0)
-        ro = self._assemble(index, policy_version, [g for g, _ in scored], matrix)
+        ro = self._assemble(index, policy_version, scored)
         ro.timings.update(timings)
         if a.dynamic_sampling:
             ro.metrics["dynamic_sampling/dropped_groups"] = float(dropped)
         return ro
 
-    def _assemble(self, index: int, policy_version: int, groups: list, matrix: np.ndarray) -> Rollout:
+    def _assemble(self, index: int, policy_version: int, groups: list[ScoredGroup]) -> Rollout:
         spec, G = self.spec, self.spec.rollout.num_generations
         pad = self.tokenizer.pad_token_id
-        completions = [c for _, _, g in groups for c in g]
-        prompt_ids, prompt_mask = left_pad([p[1] for _, p, _ in groups for _ in range(G)], pad)
+        matrix = np.concatenate([g.rewards for g in groups], axis=0)
+        completions = [c for g in groups for c in g.completions]
+        prompt_ids, prompt_mask = left_pad([g.prompt.ids for g in groups for _ in range(G)], pad)
         Lc = max(1, max(len(c.token_ids) for c in completions))
         comp_ids = torch.full((len(completions), Lc), pad, dtype=torch.long)
         comp_mask = torch.zeros((len(completions), Lc), dtype=torch.long)
@@ -211,19 +191,32 @@ class GRPOTrainer:
             m[f"rewards/{name}/mean"] = col[ok].mean().item() if ok.any() else math.nan
             m[f"rewards/{name}/std"] = col[ok].std().item() if ok.sum() > 1 else 0.0
             m[f"rewards/{name}/errors"] = float(self.scorer.error_counts.get(name, 0))
+            if not ok.any():
+                self._note_unscored(name, index)
 
         samples = []
         for i, c in enumerate(completions):
             gi = i // G
             samples.append({
-                "group": gi, "prompt": groups[gi][1][0], "completion": c.text,
-                "solution": self.rows[groups[gi][0]].get("solution"),
+                "group": gi, "prompt": groups[gi].prompt.text, "completion": c.text,
+                "solution": self.rows[groups[gi].row].get("solution"),
                 "rewards": {n: (None if math.isnan(v) else float(v)) for n, v in zip(self.scorer.names, matrix[i])},
                 "reward": rewards[i].item(), "advantage": adv[i].item(),
                 "length": len(c.token_ids), "truncated": bool(truncated[i]),
             })
         return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
                        adv, m, samples)
+
+    def _note_unscored(self, name: str, rollout_index: int) -> None:
+        """A reward that scored nothing in a whole batch gives no signal: say so in status.json (the dashboard
+        shows it), not only as a NaN metric."""
+        first, count = self.unscored.get(name, (rollout_index, 0))
+        self.unscored[name] = (first, count + 1)
+
+    def warnings(self) -> list[str]:
+        return [f"reward {name!r} returned None for every completion in {count} rollout batch(es), first in rollout "
+                f"{first}: it adds no learning signal (does the data have the columns it reads?)"
+                for name, (first, count) in sorted(self.unscored.items())]
 
     # ------------------------------------------------------------------ loss
 
@@ -280,7 +273,7 @@ class GRPOTrainer:
             ref = ro.ref_logps[sl].to(self.device) if ro.ref_logps is not None else None
             out = grpo.policy_loss(
                 logps, old, ro.advantages[sl].to(self.device), ro.loss_mask[sl].to(self.device),
-                loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=self.spec.epsilon_high,
+                loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
                 is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
                 max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B)
             out.loss.backward()
@@ -301,9 +294,14 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ weights, eval, checkpoints
 
+    @property
+    def engine_shares_policy(self) -> bool:
+        """The sync hf engine samples with the policy object itself: no weight sync, and it can evaluate."""
+        return getattr(self.engine, "model", None) is self.policy
+
     def sync_weights(self) -> float:
         """Push the updated policy into the engine (a no-op when the engine shares the policy's weights)."""
-        if getattr(self.engine, "model", None) is self.policy:
+        if self.engine_shares_policy:
             return 0.0
         t0 = time.time()
         self.engine.update_weights(self.policy.named_parameters())
@@ -312,11 +310,21 @@ class GRPOTrainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Greedy eval of the current policy (an async engine holds the previous version and is busy)."""
-        prompts = [self._prompt(i, self.eval_rows, "eval") for i in range(len(self.eval_rows))]
-        engine = self.engine if getattr(self.engine, "model", None) is self.policy else \
+        prompts = [(p.text, p.ids) for p in (self._prompt(i, self.eval_rows, "eval") for i in range(len(self.eval_rows)))]
+        engine = self.engine if self.engine_shares_policy else \
             HFEngine(self.policy, self.tokenizer, autocast_dtype=self.autocast_dtype)
         return greedy_eval(engine, self.tokenizer, self.eval_rows, self.spec.data, self.scorer,
                            self.spec.rollout.max_completion_length, prompts)
+
+    def maybe_evaluate(self) -> dict[str, float]:
+        """Greedy eval on eval steps (also kept in eval/during_training.jsonl); {} otherwise."""
+        every = self.spec.output.eval_steps
+        if not every or self.step % every:
+            return {}
+        ev = self.evaluate()
+        self.run.eval_dir.mkdir(exist_ok=True)
+        self.run.append_jsonl(self.run.eval_dir / "during_training.jsonl", [{"step": self.step, **ev}])
+        return ev
 
     def save_checkpoint(self, in_flight: Rollout | None = None) -> Path:
         """Write checkpoints/step-N atomically (a temp dir renamed into place); an existing complete
@@ -329,15 +337,10 @@ class GRPOTrainer:
         ckpt.mkdir(parents=True)
         self.policy.save_pretrained(ckpt / "model", safe_serialization=True)
         self.tokenizer.save_pretrained(ckpt / "model")
-        state = {
-            "step": self.step, "rollouts_done": self.rollouts_done, "sampler": self.sampler.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
-            "pending": self.pending, "in_flight": in_flight, "elapsed_s": self.elapsed(),
-        }
-        if torch.cuda.is_available():
-            state["rng"]["cuda"] = torch.cuda.get_rng_state_all()
-        torch.save(state, ckpt / "trainer_state.pt")
+        save_trainer_state(ckpt / "trainer_state.pt", step=self.step, rollouts_done=self.rollouts_done,
+                           sampler=self.sampler.state_dict(), optimizer=self.optimizer.state_dict(),
+                           scheduler=self.scheduler.state_dict(), pending=self.pending, in_flight=in_flight,
+                           elapsed_s=self.elapsed())
         (ckpt / "COMPLETE").write_text(str(self.step))
         shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed save
         os.replace(ckpt, final)
@@ -349,28 +352,23 @@ class GRPOTrainer:
         return ckpt
 
     def _load_state(self, ckpt: Path) -> None:
-        state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
-        self.step, self.rollouts_done = state["step"], state["rollouts_done"]
-        self.sampler.load_state_dict(state["sampler"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if "cuda" in state["rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-        self.pending = state["pending"]
-        self.resumed_in_flight: Rollout | None = state.get("in_flight")
-        self.elapsed_before = state.get("elapsed_s", 0.0)
-        if getattr(self.engine, "model", None) is not self.policy:
-            self.sync_weights()
+        state = load_trainer_state(ckpt / "trainer_state.pt")  # tensors and plain data only, RNGs restored
+        self.step, self.rollouts_done = state.step, state.rollouts_done
+        self.sampler.load_state_dict(state.sampler)
+        self.optimizer.load_state_dict(state.optimizer)
+        self.scheduler.load_state_dict(state.scheduler)
+        self.pending = state.pending
+        self.resumed_in_flight = state.in_flight
+        self.elapsed_before = state.elapsed_s
+        self.sync_weights()
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.time() - self.started
 
     # ------------------------------------------------------------------ the loop
 
-    def _log_step(self, ro: Rollout, it: int, train: dict[str, float], timing: dict[str, float]) -> dict[str, Any]:
+    def _log_step(self, ro: Rollout, it: int, train: dict[str, float], timing: dict[str, float],
+                  evaluation: dict[str, float]) -> dict[str, Any]:
         out = self.spec.output
         row: dict[str, Any] = {"step": self.step, "time": time.time(), "elapsed_s": self.elapsed(),
                                "rollout": ro.index}
@@ -380,11 +378,7 @@ class GRPOTrainer:
         row["throughput/completion_tokens_per_s"] = ro.metrics["completion_tokens"] / max(timing["timing/step_s"], 1e-9)
         row["staleness"] = float(self.step - 1 - ro.policy_version)
         row.update(self.telemetry.sample())
-        if out.eval_steps and self.step % out.eval_steps == 0:
-            ev = self.evaluate()
-            row.update(ev)
-            self.run.eval_dir.mkdir(exist_ok=True)
-            self.run.append_jsonl(self.run.eval_dir / "during_training.jsonl", [{"step": self.step, **ev}])
+        row.update(evaluation)
         self.run.append_jsonl(self.run.metrics_path, [row])
         if it == 0 and out.log_samples_steps and (self.step - 1) % out.log_samples_steps == 0:
             self.run.append_jsonl(self.run.samples_path, ({"step": self.step, "rollout": ro.index, **s}
@@ -433,7 +427,7 @@ class GRPOTrainer:
             while self.step < a.max_steps:
                 t_step = time.time()
                 if self.pending is not None:
-                    ro, done_its = self.pending
+                    ro, done_its = self.pending.rollout, self.pending.iterations_done
                 else:
                     ro, done_its = next_rollout(), 0
                     t_prep = time.time()
@@ -445,9 +439,9 @@ class GRPOTrainer:
                     t_train = time.time()
                     train = self.optimizer_step(ro)
                     self.step += 1
-                    self.pending = (ro, it + 1) if it + 1 < a.num_iterations else None
+                    self.pending = PendingRollout(ro, it + 1) if it + 1 < a.num_iterations else None
                     t_sync = 0.0 if pool is not None else self.sync_weights()
-                    first = it == done_its and not done_its
+                    first = it == 0  # the rollout's own timings belong to its first update only
                     timing = {
                         "timing/rollout_s": ro.timings.get("rollout_s", 0.0) if first else 0.0,
                         "timing/reward_s": ro.timings.get("reward_s", 0.0) if first else 0.0,
@@ -455,12 +449,12 @@ class GRPOTrainer:
                         "timing/weight_sync_s": t_sync + (ro.timings.get("weight_sync_s", 0.0) if first else 0.0),
                         "timing/step_s": time.time() - t_step,
                     }
-                    row = self._log_step(ro, it, train, timing)
+                    row = self._log_step(ro, it, train, timing, self.maybe_evaluate())
                     recent = (recent + [timing["timing/step_s"]])[-20:]
                     eta = (a.max_steps - self.step) * sum(recent) / len(recent)
                     self.run.write_status(state="stopping" if STOP.is_set() else "running", step=self.step,
                                           reward=row["reward"], step_s=timing["timing/step_s"], eta_s=eta,
-                                          elapsed_s=self.elapsed())
+                                          elapsed_s=self.elapsed(), warnings=self.warnings())
                     print(f"step {self.step}/{a.max_steps} reward {row['reward']:.3f} loss {row['loss']:.4f} "
                           f"len {row['completions/mean_length']:.1f} {timing['timing/step_s']:.2f}s", flush=True)
                     if out.save_steps and self.step % out.save_steps == 0 and self.step < a.max_steps:

@@ -1,0 +1,59 @@
+"""The trainer's batch types: a prompt, a scored group, a rollout batch, a half-used batch.
+
+Named types instead of nested tuples, shared by the loop and the checkpoint format (checkpoint.py
+stores them as tensors and plain data, so old checkpoints survive a field rename with a default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from backend.rollout.base import Completion
+
+
+@dataclass
+class Rollout:
+    """One batch of completions with everything the loss needs (tensors on CPU, moved per micro-batch)."""
+
+    index: int  # rollout number, 1-based
+    policy_version: int  # optimizer steps taken by the policy that sampled it
+    prompt_ids: torch.Tensor  # (B, Lp) left padded
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor  # (B, Lc) right padded
+    completion_mask: torch.Tensor  # 1 on sampled tokens (incl. EOS)
+    loss_mask: torch.Tensor  # completion_mask, minus truncated completions when masked
+    sampling_logps: torch.Tensor | None  # (B, Lc) from the engine
+    advantages: torch.Tensor  # (B,)
+    metrics: dict[str, float]
+    samples: list[dict[str, Any]]
+    old_logps: torch.Tensor | None = None
+    ref_logps: torch.Tensor | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str  # exactly what the model is prompted with (template applied)
+    ids: list[int]
+
+
+@dataclass
+class ScoredGroup:
+    """One prompt's group: its row, the G completions and their rewards (G, number of reward functions)."""
+
+    row: int  # index into the training rows
+    prompt: Prompt
+    completions: list[Completion]
+    rewards: np.ndarray
+
+
+@dataclass
+class PendingRollout:
+    """A rollout with updates left (num_iterations > 1) and how many were done."""
+
+    rollout: Rollout
+    iterations_done: int
