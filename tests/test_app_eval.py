@@ -92,3 +92,19 @@ def test_side_by_side_marks_right_wrong_and_differences() -> None:
     assert out.count("gs-diff") == 1
     assert cmp.filtered("base_right_other_wrong") == rows[:1] and cmp.filtered("base_wrong_other_right") == []
     assert cmp.filtered("differ") == rows[:1]
+
+
+def test_export_from_the_page_shows_the_saved_size(tmp_path: Path) -> None:
+    import gradio as gr
+
+    from app.config import StudioConfig
+    from app.eval_tab import EvalTab
+    from app.fields import Registry
+
+    config = StudioConfig.create(tmp_path, allow_paths=[str(ROOT / "assets")])
+    with gr.Blocks():
+        tab = EvalTab(config, Registry(), None)
+    msg = tab.on_export(str(ROOT / "assets/tiny-add"), "exports/tiny", "", "en")
+    assert "saved model to" in msg and "MB)" in msg, msg
+    assert (tmp_path / "exports/tiny/model.safetensors").is_file()
+    assert "outside the workspace" in tab.on_export(str(ROOT / "assets/tiny-add"), "/etc/x", "", "en")

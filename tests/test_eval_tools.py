@@ -158,3 +158,25 @@ def test_cli_errors_name_the_bad_argument(tmp_path: Path, capsys) -> None:
     if importlib.util.find_spec("vllm") is None:
         assert main(["--model", str(TINY), "--data", "gsm8k", "--engine", "vllm", "--out", str(tmp_path / "v")]) == 2
         assert "vllm package is not installed" in capsys.readouterr().err
+
+
+def test_compare_command_runs_both_models_on_the_same_prompts(tmp_path: Path, capsys) -> None:
+    from backend.eval.compare import main
+
+    code = main(["--model", str(TINY), "--model", str(TINY), "--data", str(ROOT / "assets/data/add_test.jsonl"),
+                 "--rewards", "exact_match", "--limit", "8", "--out", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("model\taccuracy") and "compare.csv" in out
+    assert len((tmp_path / "compare.csv").read_text().splitlines()) == 9  # header + 8 prompts
+    assert {p.name for p in tmp_path.iterdir()} >= {"0", "1", "compare.csv"}
+
+
+def test_local_judge_drives_the_first_correct_position() -> None:
+    from backend.eval.thinking import LocalJudge, thinking_stats
+
+    judge = LocalJudge(str(TINY)).for_question("12+34=", "64")
+    verdicts = [judge(p) for p in ("12", "12+34=64")]
+    assert all(isinstance(v, bool) for v in verdicts)
+    s = thinking_stats("<think>12. 12+34=64.</think>64", True, judge=judge)
+    assert s is not None and (s.first_correct_tokens is None) == (not any(judge(p) for p in ("12.", "12. 12+34=64.")))
