@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from backend.eval.models import ModelChoice, load_model, load_tokenizer, resolve_model
+from backend.eval.refs import ModelChoice, load_model, load_tokenizer, resolve_model
 
 
 @dataclass(frozen=True)

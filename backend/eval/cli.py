@@ -16,7 +16,7 @@ import json
 import sys
 
 from backend.eval.benchmarks import BENCHMARKS
-from backend.eval.models import ModelRefError
+from backend.eval.refs import ModelRefError
 from backend.eval.run import ENGINES, EvalConfig, EvalError, run_eval
 
 

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.eval.models import ModelChoice, ModelRefError, load_model, load_tokenizer, resolve_model
+from backend.eval.refs import ModelChoice, ModelRefError, load_model, load_tokenizer, resolve_model
 
 
 class ExportError(RuntimeError):

@@ -30,7 +30,7 @@ import numpy as np
 from backend.data import load_rows, render_prompt
 from backend.eval.benchmarks import Benchmark, load_benchmark, math_answer, parse_data_ref, plain_answer
 from backend.eval.metrics import PromptResult, summarize
-from backend.eval.models import ModelChoice, load_model, load_tokenizer, resolve_model
+from backend.eval.refs import ModelChoice, load_model, load_tokenizer, resolve_model
 from backend.eval.thinking import DEFAULT_SWITCHES, ThinkingStats, summarize_thinking, thinking_stats
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams
@@ -261,6 +261,7 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
 
         judge = LocalJudge(cfg.judge, cfg.device)
     load_s = time.time() - t_load
+    progress.t0 = time.time()  # rate and ETA from the first batch on (loading is not sampling)
     ci = correctness_index(scorer.names, cfg.correct)
     greedy = temperature == 0
     log(f"evaluating {choice.label} ({choice.weights}) on {ed.label}: {len(ed.rows)} prompts x {n} samples, "
