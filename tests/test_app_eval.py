@@ -108,3 +108,25 @@ def test_export_from_the_page_shows_the_saved_size(tmp_path: Path) -> None:
     assert "saved model to" in msg and "MB)" in msg, msg
     assert (tmp_path / "exports/tiny/model.safetensors").is_file()
     assert "outside the workspace" in tab.on_export(str(ROOT / "assets/tiny-add"), "/etc/x", "", "en")
+
+
+def test_chat_two_models_side_by_side(tmp_path: Path) -> None:
+    import gradio as gr
+
+    from app.config import StudioConfig
+    from app.eval_tab import EvalTab
+    from app.fields import Registry
+
+    config = StudioConfig.create(tmp_path)
+    with gr.Blocks():
+        tab = EvalTab(config, Registry(), None)
+    tiny = str(ROOT / "assets/tiny-add")
+    steps = list(tab.on_chat("12+34=", [], [], tiny, tiny, 0.0, 1.0, 6, "", "en"))
+    a, b, box = steps[-1]
+    assert box == "" and len(steps) >= 2  # streamed: one yield per piece, the input box cleared
+    assert [m["role"] for m in a] == ["user", "assistant"] and a[1]["content"]
+    assert b == a  # the same model greedily: the same reply in both columns
+    a2, b2, _ = list(tab.on_chat("1+2=", a, b, tiny, "", 0.0, 1.0, 6, "", "en"))[-1]
+    assert len(a2) == 4 and b2 == b  # no second model: column B is left as it was
+    err = list(tab.on_chat("1+2=", [], [], str(tmp_path / "nope"), "", 0.0, 1.0, 6, "", "en"))[-1][0]
+    assert err[-1]["content"].startswith("⚠")

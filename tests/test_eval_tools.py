@@ -157,7 +157,7 @@ def test_cli_errors_name_the_bad_argument(tmp_path: Path, capsys) -> None:
 
     if importlib.util.find_spec("vllm") is None:
         assert main(["--model", str(TINY), "--data", "gsm8k", "--engine", "vllm", "--out", str(tmp_path / "v")]) == 2
-        assert "vllm package is not installed" in capsys.readouterr().err
+        assert "the vllm package is not installed here" in capsys.readouterr().err
 
 
 def test_compare_command_runs_both_models_on_the_same_prompts(tmp_path: Path, capsys) -> None:

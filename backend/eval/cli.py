@@ -47,7 +47,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=int, default=0, help="evaluate the first N prompts only")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=16, help="prompts per engine call")
-    ap.add_argument("--engine", default="hf", choices=ENGINES)
+    ap.add_argument("--engine", default="hf", choices=ENGINES,
+                    help="hf (transformers, here); vllm and lmdeploy where installed (GPU), built by backend.rollout")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
     ap.add_argument("--rewards", type=_names, default=[], help="reward functions to score with (default: the "
                                                                "benchmark's, the run's, else accuracy)")

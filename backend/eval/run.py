@@ -139,9 +139,9 @@ def candidate_matches(candidate: str, gold: Any) -> bool:
 
 
 def open_engine(cfg: EvalConfig, choice: ModelChoice, tokenizer: Any) -> RolloutEngine:
-    """An engine behind the RolloutEngine interface. hf loads the weights here; vllm and lmdeploy come
-    from backend/rollout/<name>.py, which must offer `open_engine(model_path, tokenizer, seed=..., device=...)`
-    and need merged weights (an adapter is merged into a temporary folder by export first)."""
+    """An engine behind the RolloutEngine interface. hf loads the weights here. vllm and lmdeploy are built
+    by the rollout package's engine factory, `backend.rollout.worker.build_engine(WorkerConfig(...))`, in this
+    process; they load merged weights from a folder, so an adapter is first merged into a temporary one."""
     if cfg.engine == "hf":
         from backend.rollout.hf import HFEngine
 
@@ -154,10 +154,11 @@ def open_engine(cfg: EvalConfig, choice: ModelChoice, tokenizer: Any) -> Rollout
     if importlib.util.find_spec(cfg.engine) is None:
         raise EvalError(f"--engine {cfg.engine}: the {cfg.engine} package is not installed here (use --engine hf)")
     try:
-        mod = importlib.import_module(f"backend.rollout.{cfg.engine}")
-        factory = mod.open_engine
+        worker = importlib.import_module("backend.rollout.worker")
+        build, make_cfg = worker.build_engine, worker.WorkerConfig
     except (ImportError, AttributeError) as err:
-        raise EvalError(f"--engine {cfg.engine}: backend.rollout.{cfg.engine} offers no open_engine() ({err})") from None
+        raise EvalError(f"--engine {cfg.engine}: this checkout has no engine factory "
+                        f"(backend.rollout.worker.build_engine): {err}") from None
     path = choice.weights
     if choice.is_adapter:
         import tempfile
@@ -165,7 +166,10 @@ def open_engine(cfg: EvalConfig, choice: ModelChoice, tokenizer: Any) -> Rollout
         from backend.eval.export import export_model
 
         path = export_model(choice, Path(tempfile.mkdtemp(prefix="grpo-eval-merged-"))).path
-    return factory(str(path), tokenizer, seed=cfg.seed, device=cfg.device)
+    spec = choice.spec
+    return build(make_cfg(engine=cfg.engine, model=str(path), device="cpu" if cfg.device == "cpu" else "cuda",
+                          seed=cfg.seed, dtype=spec.model.dtype if spec else "auto",
+                          trust_remote_code=bool(spec and spec.model.trust_remote_code)))
 
 
 def default_out_dir(choice: ModelChoice, data_label: str, base_dir: Path) -> Path:
