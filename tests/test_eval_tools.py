@@ -180,3 +180,44 @@ def test_local_judge_drives_the_first_correct_position() -> None:
     assert all(isinstance(v, bool) for v in verdicts)
     s = thinking_stats("<think>12. 12+34=64.</think>64", True, judge=judge)
     assert s is not None and (s.first_correct_tokens is None) == (not any(judge(p) for p in ("12.", "12. 12+34=64.")))
+
+
+class ScriptedEngine:
+    """A fake engine for the scoring path: per prompt, a right answer with a think block, then a wrong one."""
+
+    def __init__(self, tok, golds: list[str]) -> None:
+        self.tok, self.golds = tok, iter(golds)  # prompts arrive in file order
+
+    def generate(self, prompts, sampling):
+        from backend.rollout.base import Completion
+
+        out = []
+        for _ in prompts:
+            gold = next(self.golds)
+            right = f"<think>Try 1. Wait, it is {gold}. Check: yes.</think>The answer is \\boxed{{{gold}}}."
+            wrong = "<think>No idea. 等等, maybe 1.</think>\\boxed{1}"
+            group = [right if j % 2 == 0 else wrong for j in range(sampling.n)]
+            out.append([Completion(self.tok(c, add_special_tokens=False)["input_ids"], c, "stop") for c in group])
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def test_benchmark_scoring_path_with_a_scripted_engine(tmp_path: Path, monkeypatch) -> None:
+    import backend.eval.run as run_mod
+
+    rows = load_benchmark(*parse_data_ref("gsm8k"), ROOT)
+    golds = [r["solution"] for r in rows]
+    monkeypatch.setattr(run_mod, "open_engine", lambda cfg, choice, tok: ScriptedEngine(tok, golds))
+    res = run_eval(EvalConfig(model=str(TINY), data="gsm8k", ks=[1, 2], n=2, temperature=1.0, out=str(tmp_path),
+                              base_dir=str(ROOT)))
+    m = res["metrics"]
+    assert res["correct_function"] == "accuracy"  # the benchmark's reward, through math-verify
+    assert (m["accuracy"], m["pass@1"], m["pass@2"], m["maj@2"]) == (0.5, 0.5, 1.0, 1.0)  # tie: first seen wins
+    th = res["thinking"]
+    assert th["thinking/with_think_block"] == 1.0 and th["thinking/thought_switches"] == 1.0  # "Wait" / "等等"
+    assert th["thinking/efficiency"] > 0 and th["thinking/reflection_tokens"] > 0
+    samples = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [s["correct"] for s in samples[:2]] == [True, False]
+    assert samples[0]["answer"] == "29" and samples[1]["thinking"]["efficiency"] == 0.0
