@@ -11,6 +11,7 @@ logprobs corrects for that one step of staleness. Everything a watcher needs goe
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -48,6 +49,8 @@ from backend.train.signals import STOP
 from backend.train.sinks import make_sinks
 from backend.train.telemetry import Telemetry
 
+ENTROPY_STATE = "entropy_control.json"
+
 
 class StopRequested(Exception):
     pass
@@ -83,6 +86,8 @@ class GRPOTrainer:
         self.pending: PendingRollout | None = None
         self.stop_at_step: int | None = None  # stop (with a checkpoint) once this step is done, as on SIGTERM
         self.on_step: Callable[[GRPOTrainer, dict[str, Any]], None] | None = None  # after each step is logged
+        self.entropy_control = grpo.EntropyControl(a.entropy_coef, a.use_adaptive_entropy, a.entropy_target,
+                                                   a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max)
         self.telemetry = Telemetry()
         self.sinks = make_sinks(spec.output.report_to, run.path, spec.model_dump(mode="json"))
         self.started = time.time()
@@ -220,7 +225,9 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ loss
 
-    def _logps(self, model, ro: Rollout, sl: slice, want_entropy: bool = False):
+    def _logps(self, model, ro: Rollout, sl: slice, want_entropy: bool = False, entropy_grad: bool = False):
+        """Per-token logprobs of the completions (B, T) and, when wanted, per-token entropies (B, T), with a
+        gradient only when the loss has an entropy bonus."""
         d = self.device
         p_ids, p_mask = ro.prompt_ids[sl].to(d), ro.prompt_mask[sl].to(d)
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
@@ -231,8 +238,8 @@ class GRPOTrainer:
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
         if want_entropy:
-            with torch.no_grad():
-                ent = grpo.masked_mean(grpo.token_entropy(logits), c_mask.float())
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                ent = grpo.token_entropy(logits)
         return logps, ent
 
     @torch.no_grad()
@@ -264,23 +271,36 @@ class GRPOTrainer:
         ga = a.gradient_accumulation_steps
         mb = B // ga
         total_tokens = float(ro.loss_mask.sum())
-        acc = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
-               "clip_ratio/region_mean": 0.0}
+        acc: dict[str, float] = {"loss": 0.0, "kl": 0.0, "entropy": 0.0}
+        control = self.entropy_control
+        coef = control.apply()  # the same coefficient for every micro-batch of the step, as TRL
+        ent_sum = ent_tokens = 0.0
         for i in range(0, B, mb):
             sl = slice(i, i + mb)
-            logps, ent = self._logps(self.policy, ro, sl, want_entropy=True)
+            logps, ent = self._logps(self.policy, ro, sl, want_entropy=True, entropy_grad=control.enabled)
             old = ro.old_logps[sl].to(self.device) if ro.old_logps is not None else logps.detach()
             ref = ro.ref_logps[sl].to(self.device) if ro.ref_logps is not None else None
+            samp = ro.sampling_logps[sl].to(self.device) if ro.sampling_logps is not None else None
             out = grpo.policy_loss(
                 logps, old, ro.advantages[sl].to(self.device), ro.loss_mask[sl].to(self.device),
                 loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
                 is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
-                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B)
+                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B,
+                delta=a.delta or None, sapo_temperature_pos=a.sapo_temperature_pos,
+                sapo_temperature_neg=a.sapo_temperature_neg, use_bias_correction_kl=a.use_bias_correction_kl,
+                off_policy_mask_threshold=a.off_policy_mask_threshold or None, sampling_logps=samp,
+                top_entropy_quantile=a.top_entropy_quantile, entropies=ent, entropy_coef=coef)
             out.loss.backward()
             acc["loss"] += out.loss.item()
-            for k, v in (("kl", out.kl), ("entropy", ent), ("clip_ratio/low_mean", out.clip_low),
-                         ("clip_ratio/high_mean", out.clip_high), ("clip_ratio/region_mean", out.clip_region)):
-                acc[k] += float(v) / ga
+            acc["kl"] += float(out.kl) / ga
+            acc["entropy"] += float(grpo.masked_mean(ent.detach(), ro.completion_mask[sl].to(self.device).float())) / ga
+            for k, v in out.metrics.items():
+                acc[k] = acc.get(k, 0.0) + v / ga
+            ent_sum += out.entropy_sum
+            ent_tokens += out.entropy_tokens
+        if control.enabled:
+            control.update(ent_sum, ent_tokens)
+            acc["entropy_coef"] = control.coef  # after this step's update, as TRL logs it
         params = [p for p in self.policy.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm if a.max_grad_norm > 0 else math.inf)
         acc["grad_norm"] = float(grad_norm)
@@ -341,6 +361,9 @@ class GRPOTrainer:
                            sampler=self.sampler.state_dict(), optimizer=self.optimizer.state_dict(),
                            scheduler=self.scheduler.state_dict(), pending=self.pending, in_flight=in_flight,
                            elapsed_s=self.elapsed())
+        if self.entropy_control.adaptive:  # the controller's state, as TRL's entropy_ctrl_state.json
+            (ckpt / ENTROPY_STATE).write_text(json.dumps({"entropy_coef": self.entropy_control.coef,
+                                                          "last_entropy": self.entropy_control.last_entropy}))
         (ckpt / "COMPLETE").write_text(str(self.step))
         shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed save
         os.replace(ckpt, final)
@@ -360,6 +383,9 @@ class GRPOTrainer:
         self.pending = state.pending
         self.resumed_in_flight = state.in_flight
         self.elapsed_before = state.elapsed_s
+        if self.entropy_control.adaptive and (ckpt / ENTROPY_STATE).is_file():
+            saved = json.loads((ckpt / ENTROPY_STATE).read_text())
+            self.entropy_control.coef, self.entropy_control.last_entropy = saved["entropy_coef"], saved["last_entropy"]
         self.sync_weights()
 
     def elapsed(self) -> float:
