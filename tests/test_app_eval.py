@@ -94,6 +94,7 @@ def test_side_by_side_marks_right_wrong_and_differences() -> None:
     assert cmp.filtered("differ") == rows[:1]
 
 
+@pytest.mark.slow  # a child process that imports torch and transformers
 def test_export_from_the_page_shows_the_saved_size(tmp_path: Path) -> None:
     import gradio as gr
 
