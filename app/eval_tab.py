@@ -115,11 +115,11 @@ class EvalTab:
                                           elem_id="chat-model-b")
                 reg.label(self.chat_b, "ev_chat_b")
             with gr.Row():
-                self.chat_temp = reg.label(gr.Slider(0, 2, value=0.7, step=0.05, label=t("ev_temperature", lang)),
-                                           "ev_temperature")
+                self.chat_temp = reg.label(gr.Slider(0, 2, value=0.7, step=0.05, label=t("ev_chat_temp", lang)),
+                                           "ev_chat_temp")
                 self.chat_top_p = gr.Slider(0.05, 1, value=1.0, step=0.05, label="top_p")
-                self.chat_max = reg.label(gr.Number(256, precision=0, label=t("ev_max_tokens", lang),
-                                                    elem_id="chat-max"), "ev_max_tokens")
+                self.chat_max = reg.label(gr.Number(256, precision=0, label=t("ev_chat_max", lang),
+                                                    elem_id="chat-max"), "ev_chat_max")
                 self.chat_system = reg.label(gr.Textbox("", label=t("ev_system", lang)), "ev_system")
             with gr.Row():
                 self.chat_view_a = gr.Chatbot(label="A", elem_id="chat-a", height=300)

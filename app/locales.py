@@ -71,6 +71,8 @@ UI: dict[str, dict[str, str]] = {
     "ev_chat": {"en": "Chat", "zh": "对话"},
     "ev_chat_a": {"en": "Model A", "zh": "模型 A"},
     "ev_chat_b": {"en": "Model B (optional, side by side)", "zh": "模型 B（可选，并排对比）"},
+    "ev_chat_temp": {"en": "Temperature (0 = greedy)", "zh": "温度（0 = 贪心）"},
+    "ev_chat_max": {"en": "Max new tokens", "zh": "最大生成长度"},
     "ev_system": {"en": "System prompt", "zh": "系统提示词"},
     "ev_chat_ph": {"en": "Type a message and press Enter", "zh": "输入消息后按回车"},
     "ev_send": {"en": "Send", "zh": "发送"},
