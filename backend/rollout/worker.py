@@ -164,8 +164,10 @@ class _Server:
                 req = conn.recv()
             except (EOFError, OSError):
                 return
+            t0 = time.perf_counter()
             try:
-                reply = {"ok": True, "result": self.handle(req["op"], req.get("args", {}))}
+                result = self.handle(req["op"], req.get("args", {}))
+                reply = {"ok": True, "result": result, "seconds": time.perf_counter() - t0}  # the engine's own time
             except Exception as err:  # the client raises it with the worker's name and log
                 reply = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
                 print(reply["traceback"], file=sys.stderr, flush=True)
@@ -248,6 +250,7 @@ class WorkerHandle:
     log_path: Path | None = None
     timeout_s: float = 600.0  # longest a call may take before the worker counts as hung
     conn: Connection | None = None
+    last_engine_s: float = 0.0  # the worker's own time for the last call (the rest is protocol and transfer)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -288,6 +291,7 @@ class WorkerHandle:
                                  + f": {type(err).__name__}") from err
         if not reply["ok"]:
             raise self._fail(f"failed {op}: {reply['error']}\n{reply.get('traceback', '')}")
+        self.last_engine_s = reply.get("seconds", 0.0)
         return reply["result"]
 
     # the engine interface
