@@ -125,3 +125,41 @@ def test_worker_dies_with_its_parent(tmp_path) -> None:
         assert _gone(worker_pid, within=15.0)
     finally:
         parent.kill()
+
+
+def test_worker_started_by_hand_is_reached_by_url(tmp_path, tok, monkeypatch) -> None:
+    """The documented command on 'another node' (here: loopback), then rollout.worker_urls' path: connect by URL."""
+    import socket
+
+    from backend.rollout.pool import RolloutPool
+    from backend.rollout.worker import connect_worker
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "w.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "backend.rollout.worker", "--engine", "hf", "--model", str(TINY),
+                             "--listen", f"127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT,
+                            env=child_env({"GRPO_WORKER_AUTHKEY": "s3cret"}), start_new_session=True)
+    try:
+        t0 = time.time()
+        while "GRPO-WORKER-READY" not in (tmp_path / "w.log").read_text():
+            assert proc.poll() is None and time.time() - t0 < 120
+            time.sleep(0.2)
+        monkeypatch.setenv("GRPO_WORKER_AUTHKEY", "wrong")
+        with pytest.raises(RolloutWorkerError, match="refused the connection"):
+            connect_worker(f"127.0.0.1:{port}", "remote")
+        monkeypatch.setenv("GRPO_WORKER_AUTHKEY", "s3cret")
+        h = connect_worker(f"tcp://127.0.0.1:{port}", "remote")
+        assert h.health()["engine"] == "hf"
+        prompts = [PromptInput(tok("12+34=", add_special_tokens=False)["input_ids"])]
+        sp = SamplingParams(n=3, max_tokens=4, seed=1)
+        local = HFEngine(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32), tok).generate(prompts, sp)
+        assert [c.token_ids for c in RolloutPool([h]).generate(prompts, sp)[0]] == [c.token_ids for c in local[0]]
+        h.update_weights(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).named_parameters(), version=3)
+        assert h.health()["version"] == 3  # weights travel inline (no shared file) to a worker reached by URL
+        h.close()
+        assert proc.wait(timeout=30) == 0  # close() ends a hand-started worker too
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -44,6 +44,7 @@ import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
@@ -216,7 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{READY} {h}:{p} pid={os.getpid()} engine={cfg.engine} loaded in {time.time() - t0:.1f}s", flush=True)
         server = _Server(engine, cfg)
         while not server.closing:
-            with listener.accept() as conn:
+            try:
+                conn = listener.accept()
+            except (AuthenticationError, OSError, EOFError) as err:  # a client with the wrong key: refuse it, go on
+                print(f"refused a connection: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+                continue
+            with conn:
                 server.serve(conn)
             if parent:  # a supervised worker serves its trainer only
                 break
@@ -265,10 +271,10 @@ class WorkerHandle:
     def connect(self) -> None:
         try:
             self.conn = Client(self.address, authkey=self.authkey)
+        except AuthenticationError as err:
+            raise self._fail(f"refused the connection ({err}); check {AUTHKEY_ENV}") from err
         except (OSError, EOFError) as err:
             raise self._fail(f"cannot be reached: {err}") from err
-        except Exception as err:  # multiprocessing.AuthenticationError
-            raise self._fail(f"refused the connection ({type(err).__name__}: {err}); check {AUTHKEY_ENV}") from err
 
     def call(self, op: str, timeout_s: float | None = None, **args: Any) -> Any:
         with self._lock:
