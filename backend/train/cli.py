@@ -64,6 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                     help="override one option (repeatable)")
     ap.add_argument("--preset", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--resumed", action="store_true", help=argparse.SUPPRESS)  # a rank of a resumed run
     return ap.parse_args(argv)
 
 
@@ -98,18 +99,22 @@ def main(argv: list[str] | None = None) -> int:
         except SpecError as err:
             print(err, file=sys.stderr)
             return 2
-        resume = bool(args.resume)
+        resume = bool(args.resume) or args.resumed
         st = run.read_status()
         # the launcher records the pid of the process it spawns, i.e. this one, before we get here
-        if (resume and st.get("state") in ACTIVE_STATES and st.get("pid") != os.getpid()
+        if (args.resume and st.get("state") in ACTIVE_STATES and st.get("pid") != os.getpid()
                 and process_alive(st.get("pid"), st.get("pid_create_time"))):
             print(f"{run.path} is still {st['state']} (pid {st['pid']}); stop it before resuming", file=sys.stderr)
             return 2
         tee = not args.run_dir
         base_dir = Path(run.read_status().get("base_dir") or base_dir)
 
-    from backend.train import signals
+    from backend.train import signals, supervise
 
+    worker = supervise.is_rank_worker()
+    rank = int(os.environ.get("RANK", "0")) if worker else 0
+    if worker:
+        return _rank_main(spec, run, base_dir, resume, rank)
     signals.install()  # before the heavy imports below: an early SIGTERM still ends in 'stopped'
     print(run.path, flush=True)
     if tee:
@@ -120,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     import psutil
 
     run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
+    if spec.resources.world_size > 1:  # this process supervises the ranks torchrun starts
+        return supervise.supervise(spec, run, ["--run-dir", str(run.path.resolve())] + (["--resumed"] if resume else []))
     from backend.train.loop import GRPOTrainer, error_summary
 
+    trainer = None
     try:
         trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
         trainer.train()
@@ -132,5 +140,36 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         run.write_status(state="failed", error=error_summary(err))
         return 1
+    finally:
+        if trainer is not None:
+            trainer.ranks.close()  # DeepSpeed on one process still holds a process group
 
 
+def _rank_main(spec, run: RunDir, base_dir: Path, resume: bool, rank: int) -> int:
+    """One training rank under torchrun: rank 0 writes the run directory, the others only their rank file."""
+    from backend.train import signals, supervise
+
+    signals.install()
+    supervise.register_rank(run, rank)
+    if rank != 0:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - one copy of the progress lines; stderr stays
+    from backend.train.loop import GRPOTrainer, error_summary
+
+    try:
+        trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
+        trainer.train()
+        trainer.ranks.close()
+        supervise.write_rank_file(run, rank, exited=True)
+        return 0
+    except Exception as err:
+        import time
+        import traceback
+
+        import torch.distributed as tdist
+
+        traceback.print_exc()
+        supervise.write_rank_file(run, rank, error=error_summary(err), error_time=time.time(),
+                                  dist_error=isinstance(err, tdist.DistError))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # no clean-up: it could wait forever on peers that are gone; torchrun ends the rest
