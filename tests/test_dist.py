@@ -55,9 +55,14 @@ def weights(run: RunDir, step: int) -> dict[str, torch.Tensor]:
 
 
 def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    """Same weights up to summation order: the two runs' updates (from the initial weights) differ by < 1 %
+    of their size. Adam's first steps move each weight by about lr x sign(gradient), so gradients that are
+    ~0 up to float noise flip a few weights by ~lr; one rank with 2 micro-batches differs from 1 as much."""
     assert a.keys() == b.keys()
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5, msg=k)
+    init = load_file(ROOT / "assets/tiny-add/model.safetensors")
+    diff = sum(float(((a[k] - b[k]) ** 2).sum()) for k in a) ** 0.5
+    moved = sum(float(((b[k] - init[k]) ** 2).sum()) for k in b) ** 0.5
+    assert moved > 0.1 and diff < 0.01 * moved, (diff, moved)
 
 
 @pytest.fixture(scope="module")

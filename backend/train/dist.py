@@ -344,9 +344,9 @@ class Ranks:
 
         base = self.ds_engine.optimizer.optimizer  # the torch AdamW over DeepSpeed's flat partitions
         params = [p for p in policy.parameters() if p.requires_grad]
-        step = next((s["step"] for s in base.state.values() if "step" in s), torch.tensor(0.0))
+        step = next((st["step"] for st in base.state.values() if "step" in st), torch.tensor(0.0))
         state: dict[int, dict[str, torch.Tensor]] = {}
-        for i, p in enumerate(params if base.state else []):  # no state before the first update
+        for i, p in enumerate(params if _has_adam_state(base) else []):  # no state before the first update
             entry: dict[str, torch.Tensor] = {"step": step.detach().to("cpu", copy=True)}
             for key in ("exp_avg", "exp_avg_sq"):
                 t = safe_get_full_optimizer_state(p, key)  # collective under ZeRO-3
@@ -372,10 +372,12 @@ class Ranks:
         base = self.ds_engine.optimizer.optimizer
         if not sd["state"]:
             return
-        if not base.state:  # AdamW creates its states at the first update: make them now, to be filled
-            for group in base.param_groups:
-                for flat in group["params"]:
-                    base.state[flat] = {"step": torch.tensor(0.0, device=flat.device), "exp_avg": torch.zeros_like(flat),
+        if not _has_adam_state(base):  # AdamW creates its states at the first update: make them now, to be filled
+            # ZeRO-3 lists its fp32 partitions in param_groups only while stepping them
+            flats = getattr(self.ds_engine.optimizer, "fp32_partitioned_groups_flat", None) or \
+                [f for group in base.param_groups for f in group["params"]]
+            for flat in flats:
+                base.state[flat] = {"step": torch.tensor(0.0, device=flat.device), "exp_avg": torch.zeros_like(flat),
                                         "exp_avg_sq": torch.zeros_like(flat)}
             link = getattr(self.ds_engine.optimizer, "_lazy_init_hp_params_optimizer_state", None)  # ZeRO-1/2
             if link is not None:
@@ -398,6 +400,10 @@ class Ranks:
                 tdist.barrier()
             finally:
                 tdist.destroy_process_group()
+
+
+def _has_adam_state(optimizer: torch.optim.Optimizer) -> bool:
+    return any("exp_avg" in st for st in optimizer.state.values())  # state is a defaultdict: entries may be empty
 
 
 def setup(spec: RunSpec) -> Ranks:
