@@ -169,7 +169,14 @@ def _rank_main(spec, run: RunDir, base_dir: Path, resume: bool, rank: int) -> in
 
         traceback.print_exc()
         supervise.write_rank_file(run, rank, error=error_summary(err), error_time=time.time(),
-                                  dist_error=isinstance(err, tdist.DistError))
+                                  dist_error=isinstance(err, tdist.DistError) or _peer_gone(err))
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)  # no clean-up: it could wait forever on peers that are gone; torchrun ends the rest
+
+
+def _peer_gone(err: BaseException) -> bool:
+    """A communication error that only says another rank went away (gloo raises plain RuntimeErrors)."""
+    text = str(err).lower()
+    return any(m in text for m in ("connection closed by peer", "connection reset by peer", "broken pipe",
+                                   "remote worker crashing", "socket timeout"))
