@@ -26,7 +26,9 @@ import dataclasses
 import json
 import math
 import os
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,8 +146,29 @@ class Ranks:
     device: torch.device | None = None  # the rank's device when distributed; None = the spec's
     loss_sums: bool = True  # the loss type's normaliser is global (see SUMMED_LOSSES)
     ds_engine: Any = None
-    comm_s: float = 0.0  # seconds spent in gradient all-reduce (stage 0) since the last read
+    comm_s: float = 0.0  # seconds in this module's collectives (rollout broadcast, counts, gradients at stage 0)
+    _comm_reported: float = 0.0
     _extra: dict[str, Any] = field(default_factory=dict)
+
+    @contextmanager
+    def _timed(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.comm_s += time.perf_counter() - t0
+
+    def comm_seconds(self) -> float:
+        """Seconds spent communicating so far: this module's collectives, plus DeepSpeed's own when its
+        comms_logger is enabled (a deepspeed_config with {"comms_logger": {"enabled": true, "prof_all": true}})."""
+        total = self.comm_s
+        if self.ds_engine is not None:
+            from deepspeed.comm import comm as dscomm
+
+            log = dscomm.comms_logger
+            if log.enabled:
+                total += sum(sum(rec[1]) for op in log.comms_dict.values() for rec in op.values()) / 1000.0  # ms
+        return total
 
     @property
     def is_main(self) -> bool:
@@ -192,7 +215,8 @@ class Ranks:
             assert ro is not None
             return ro
         box = [ro]
-        tdist.broadcast_object_list(box, src=0)
+        with self._timed():
+            tdist.broadcast_object_list(box, src=0)
         return shard_rollout(box[0], self.rank, self.world, keep_samples=self.is_main)
 
     def shard_pending(self, pending: PendingRollout | None) -> PendingRollout | None:
@@ -218,7 +242,8 @@ class Ranks:
         """(loss tokens, sequences) of the whole step across ranks: the dapo and grpo/dr_grpo normalisers."""
         counts = torch.tensor([float(loss_mask.sum()), float(loss_mask.shape[0])], dtype=torch.float64)
         if self.world > 1:
-            tdist.all_reduce(counts)
+            with self._timed():
+                tdist.all_reduce(counts)
         return float(counts[0]), int(counts[1])
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -244,8 +269,6 @@ class Ranks:
         return float(grad_norm)
 
     def _all_reduce_grads(self, params: list[torch.nn.Parameter], bucket_bytes: int = 32 << 20) -> None:
-        import time
-
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
         t0 = time.perf_counter()
@@ -269,14 +292,19 @@ class Ranks:
 
     def reduce_metrics(self, acc: dict[str, float]) -> dict[str, float]:
         """Per-rank training metrics to global ones: the loss summed (or averaged, bnpo), means averaged."""
-        if self.world == 1:
+        if self.world == 1 and not self.stage:
             return acc
-        keys = [k for k in ("loss", *MEAN_METRICS) if k in acc]
-        vals = torch.tensor([acc[k] for k in keys], dtype=torch.float64)
-        tdist.all_reduce(vals)
         out = dict(acc)
-        for k, v in zip(keys, vals.tolist()):
-            out[k] = v if (k == "loss" and self.loss_sums) else v / self.world
+        if self.world > 1:
+            keys = [k for k in ("loss", *MEAN_METRICS) if k in acc]
+            vals = torch.tensor([acc[k] for k in keys], dtype=torch.float64)
+            with self._timed():
+                tdist.all_reduce(vals)
+            for k, v in zip(keys, vals.tolist()):
+                out[k] = v if (k == "loss" and self.loss_sums) else v / self.world
+        total = self.comm_seconds()
+        out["timing/comm_s"] = total - self._comm_reported  # this step's share (rank 0's view)
+        self._comm_reported = total
         return out
 
     def any(self, flag: bool) -> bool:
