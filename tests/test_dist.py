@@ -159,6 +159,7 @@ def test_two_ranks_match_one_rank_and_write_once(one_rank: RunDir, tmp_path: Pat
 def test_deepspeed_two_ranks_resume_one_rank_checkpoint_and_match(one_rank: RunDir, tmp_path: Path, stage: int) -> None:
     """A 1-rank checkpoint resumed under 2 DeepSpeed ranks: the steps after it, the final weights and the
     optimizer states it saves equal the 1-rank run's (so saving gathers exactly, and loading shards exactly)."""
+    pytest.importorskip("deepspeed")
     run = RunDir(tmp_path / "run")
     shutil.copytree(one_rank.path, run.path)
     shutil.rmtree(run.checkpoints_dir / "step-4")

@@ -41,10 +41,12 @@ from backend.spec import RunSpec
 from backend.train.batch import PendingRollout, Rollout
 from backend.train.supervise import free_port
 
-# Loss types whose normaliser is global (tokens or sequences of the whole step): the true gradient is
-# the sum of the ranks' gradients. The rest (bnpo) are means of per-micro-batch means: average them.
-SUMMED_LOSSES = frozenset({"grpo", "dr_grpo", "dapo"})
-MEAN_METRICS = ("kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+# Loss types whose value is a mean of per-micro-batch means (bnpo): the ranks' gradients are averaged.
+# Every other loss type is normalised by global counts (tokens or sequences of the whole step), so the
+# true gradient is the sum of the ranks' gradients.
+MEAN_LOSSES = frozenset({"bnpo"})
+# Training metrics that are not per-rank means: summed (loss), global already, or the same on every rank.
+NOT_AVERAGED = frozenset({"loss", "grad_norm", "learning_rate", "entropy_coef"})
 PUSH_BUCKET_BYTES = 256 << 20  # ZeRO-3 weight push: gather at most this much at a time
 
 
@@ -144,7 +146,7 @@ class Ranks:
     local_rank: int = 0
     stage: int = 0  # DeepSpeed ZeRO stage; 0 = plain torch (all-reduce of gradients when world > 1)
     device: torch.device | None = None  # the rank's device when distributed; None = the spec's
-    loss_sums: bool = True  # the loss type's normaliser is global (see SUMMED_LOSSES)
+    loss_sums: bool = True  # the loss type's normaliser is global (see MEAN_LOSSES)
     ds_engine: Any = None
     comm_s: float = 0.0  # seconds in this module's collectives (rollout broadcast, counts, gradients at stage 0)
     _comm_reported: float = 0.0
@@ -167,7 +169,8 @@ class Ranks:
 
             log = dscomm.comms_logger
             if log.enabled:
-                total += sum(sum(rec[1]) for op in log.comms_dict.values() for rec in op.values()) / 1000.0  # ms
+                # each record holds its op's running total so far (DeepSpeed's timer is not reset): take the latest
+                total += sum(max(max(rec[1]) for rec in op.values()) for op in log.comms_dict.values()) / 1000.0  # ms
         return total
 
     @property
@@ -240,11 +243,17 @@ class Ranks:
 
     def global_counts(self, loss_mask: torch.Tensor) -> tuple[float, int]:
         """(loss tokens, sequences) of the whole step across ranks: the dapo and grpo/dr_grpo normalisers."""
-        counts = torch.tensor([float(loss_mask.sum()), float(loss_mask.shape[0])], dtype=torch.float64)
-        if self.world > 1:
-            with self._timed():
-                tdist.all_reduce(counts)
-        return float(counts[0]), int(counts[1])
+        tokens, seqs = self.sum(float(loss_mask.sum()), float(loss_mask.shape[0]))
+        return tokens, int(seqs)
+
+    def sum(self, *values: float) -> tuple[float, ...]:
+        """Sums over ranks (e.g. entropy totals that drive a controller every rank must agree on)."""
+        if self.world == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        with self._timed():
+            tdist.all_reduce(t)
+        return tuple(t.tolist())
 
     def backward(self, loss: torch.Tensor) -> None:
         if self.ds_engine is not None:
@@ -296,7 +305,7 @@ class Ranks:
             return acc
         out = dict(acc)
         if self.world > 1:
-            keys = [k for k in ("loss", *MEAN_METRICS) if k in acc]
+            keys = [k for k, v in acc.items() if isinstance(v, (int, float)) and (k == "loss" or k not in NOT_AVERAGED)]
             vals = torch.tensor([acc[k] for k in keys], dtype=torch.float64)
             with self._timed():
                 tdist.all_reduce(vals)
@@ -439,7 +448,7 @@ def setup(spec: RunSpec) -> Ranks:
     process; a plain single-process run gets a Ranks on which every hook is the identity."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     stage = spec.resources.deepspeed_stage
-    loss_sums = spec.algorithm.loss_type in SUMMED_LOSSES
+    loss_sums = spec.algorithm.loss_type not in MEAN_LOSSES
     if world == 1 and not stage:
         return Ranks(loss_sums=loss_sums)
     if "MASTER_ADDR" not in os.environ:  # DeepSpeed on one process, started without torchrun
