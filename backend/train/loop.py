@@ -11,6 +11,7 @@ logprobs corrects for that one step of staleness. Everything a watcher needs goe
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -47,6 +48,8 @@ from backend.train.forward import autocast, completion_logits
 from backend.train.signals import STOP
 from backend.train.sinks import make_sinks
 from backend.train.telemetry import Telemetry
+
+ENTROPY_STATE = "entropy_control.json"
 
 
 class StopRequested(Exception):
@@ -87,11 +90,14 @@ class GRPOTrainer:
         self.pending: PendingRollout | None = None
         self.stop_at_step: int | None = None  # stop (with a checkpoint) once this step is done, as on SIGTERM
         self.on_step: Callable[[GRPOTrainer, dict[str, Any]], None] | None = None  # after each step is logged
+        self.entropy_control = grpo.EntropyControl(a.entropy_coef, a.use_adaptive_entropy, a.entropy_target,
+                                                   a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max)
         self.telemetry = Telemetry()
         self.sinks = make_sinks(spec.output.report_to if self.ranks.is_main else [], run.path, spec.model_dump(mode="json"))
         self.started = time.time()
         self.elapsed_before = 0.0
         self.resumed_in_flight = None  # async: the rollout that was being sampled when the checkpoint was taken
+        self.unscored: dict[str, tuple[int, int]] = {}  # reward name -> (first rollout, batches) scored all None
         if ckpt is not None:
             self._load_state(ckpt)
         self.run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
@@ -194,6 +200,8 @@ class GRPOTrainer:
             m[f"rewards/{name}/mean"] = col[ok].mean().item() if ok.any() else math.nan
             m[f"rewards/{name}/std"] = col[ok].std().item() if ok.sum() > 1 else 0.0
             m[f"rewards/{name}/errors"] = float(self.scorer.error_counts.get(name, 0))
+            if not ok.any():
+                self._note_unscored(name, index)
 
         samples = []
         for i, c in enumerate(completions):
@@ -208,9 +216,22 @@ class GRPOTrainer:
         return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
                        adv, m, samples)
 
+    def _note_unscored(self, name: str, rollout_index: int) -> None:
+        """A reward that scored nothing in a whole batch gives no signal: say so in status.json (the dashboard
+        shows it), not only as a NaN metric."""
+        first, count = self.unscored.get(name, (rollout_index, 0))
+        self.unscored[name] = (first, count + 1)
+
+    def warnings(self) -> list[str]:
+        return [f"reward {name!r} returned None for every completion in {count} rollout batch(es), first in rollout "
+                f"{first}: it adds no learning signal (does the data have the columns it reads?)"
+                for name, (first, count) in sorted(self.unscored.items())]
+
     # ------------------------------------------------------------------ loss
 
-    def _logps(self, model, ro: Rollout, sl: slice, want_entropy: bool = False):
+    def _logps(self, model, ro: Rollout, sl: slice, want_entropy: bool = False, entropy_grad: bool = False):
+        """Per-token logprobs of the completions (B, T) and, when wanted, per-token entropies (B, T), with a
+        gradient only when the loss has an entropy bonus."""
         d = self.device
         p_ids, p_mask = ro.prompt_ids[sl].to(d), ro.prompt_mask[sl].to(d)
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
@@ -221,8 +242,8 @@ class GRPOTrainer:
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
         if want_entropy:
-            with torch.no_grad():
-                ent = grpo.masked_mean(grpo.token_entropy(logits), c_mask.float())
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                ent = grpo.token_entropy(logits)
         return logps, ent
 
     @torch.no_grad()
@@ -254,23 +275,36 @@ class GRPOTrainer:
         ga = a.gradient_accumulation_steps
         mb = B // ga
         total_tokens, total_seqs = self.ranks.global_counts(ro.loss_mask)  # whole step, all ranks
-        acc = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
-               "clip_ratio/region_mean": 0.0}
+        acc: dict[str, float] = {"loss": 0.0, "kl": 0.0, "entropy": 0.0}
+        control = self.entropy_control
+        coef = control.apply()  # the same coefficient for every micro-batch of the step, as TRL
+        ent_sum = ent_tokens = 0.0
         for i in range(0, B, mb):
             sl = slice(i, i + mb)
-            logps, ent = self._logps(self.policy, ro, sl, want_entropy=True)
+            logps, ent = self._logps(self.policy, ro, sl, want_entropy=True, entropy_grad=control.enabled)
             old = ro.old_logps[sl].to(self.device) if ro.old_logps is not None else logps.detach()
             ref = ro.ref_logps[sl].to(self.device) if ro.ref_logps is not None else None
+            samp = ro.sampling_logps[sl].to(self.device) if ro.sampling_logps is not None else None
             out = grpo.policy_loss(
                 logps, old, ro.advantages[sl].to(self.device), ro.loss_mask[sl].to(self.device),
                 loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
                 is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
-                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=total_seqs)
+                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens,
+                global_num_seqs=total_seqs, delta=a.delta or None, sapo_temperature_pos=a.sapo_temperature_pos,
+                sapo_temperature_neg=a.sapo_temperature_neg, use_bias_correction_kl=a.use_bias_correction_kl,
+                off_policy_mask_threshold=a.off_policy_mask_threshold or None, sampling_logps=samp,
+                top_entropy_quantile=a.top_entropy_quantile, entropies=ent, entropy_coef=coef)
             self.ranks.backward(out.loss)
             acc["loss"] += out.loss.item()
-            for k, v in (("kl", out.kl), ("entropy", ent), ("clip_ratio/low_mean", out.clip_low),
-                         ("clip_ratio/high_mean", out.clip_high), ("clip_ratio/region_mean", out.clip_region)):
-                acc[k] += float(v) / ga
+            acc["kl"] += float(out.kl) / ga
+            acc["entropy"] += float(grpo.masked_mean(ent.detach(), ro.completion_mask[sl].to(self.device).float())) / ga
+            for k, v in out.metrics.items():
+                acc[k] = acc.get(k, 0.0) + v / ga
+            ent_sum += out.entropy_sum
+            ent_tokens += out.entropy_tokens
+        if control.enabled:
+            control.update(*self.ranks.sum(ent_sum, ent_tokens))  # every rank keeps the same coefficient
+            acc["entropy_coef"] = control.coef  # after this step's update, as TRL logs it
         acc["learning_rate"] = self.scheduler.get_last_lr()[0]
         acc["grad_norm"] = self.ranks.step(self.policy, self.optimizer, a.max_grad_norm)  # reduce, clip, update
         self.scheduler.step()
@@ -333,6 +367,9 @@ class GRPOTrainer:
                            sampler=self.sampler.state_dict(), optimizer=optimizer,
                            scheduler=self.scheduler.state_dict(), pending=pending, in_flight=in_flight,
                            elapsed_s=self.elapsed())
+        if self.entropy_control.adaptive:  # the controller's state, as TRL's entropy_ctrl_state.json
+            (ckpt / ENTROPY_STATE).write_text(json.dumps({"entropy_coef": self.entropy_control.coef,
+                                                          "last_entropy": self.entropy_control.last_entropy}))
         (ckpt / "COMPLETE").write_text(str(self.step))
         shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed save
         os.replace(ckpt, final)
@@ -352,6 +389,9 @@ class GRPOTrainer:
         self.pending = self.ranks.shard_pending(state.pending)
         self.resumed_in_flight = state.in_flight
         self.elapsed_before = state.elapsed_s
+        if self.entropy_control.adaptive and (ckpt / ENTROPY_STATE).is_file():
+            saved = json.loads((ckpt / ENTROPY_STATE).read_text())
+            self.entropy_control.coef, self.entropy_control.last_entropy = saved["entropy_coef"], saved["last_entropy"]
         self.sync_weights()
 
     def elapsed(self) -> float:
@@ -451,7 +491,7 @@ class GRPOTrainer:
                     eta = (a.max_steps - self.step) * sum(recent) / len(recent)
                     self.run.write_status(state="stopping" if STOP.is_set() else "running", step=self.step,
                                           reward=row["reward"], step_s=timing["timing/step_s"], eta_s=eta,
-                                          elapsed_s=self.elapsed())
+                                          elapsed_s=self.elapsed(), warnings=self.warnings())
                     print(f"step {self.step}/{a.max_steps} reward {row['reward']:.3f} loss {row['loss']:.4f} "
                           f"len {row['completions/mean_length']:.1f} {timing['timing/step_s']:.2f}s", flush=True)
                     if out.save_steps and self.step % out.save_steps == 0 and self.step < a.max_steps:
