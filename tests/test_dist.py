@@ -26,7 +26,7 @@ from backend.spec import load_spec
 from backend.train.batch import Rollout
 from backend.train.dist import deepspeed_config, join_rollouts, shard_rollout
 from backend.train.loop import GRPOTrainer
-from backend.train.supervise import failure_summary, read_rank_files
+from backend.train.supervise import failure_summary, free_port, read_rank_files
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "presets/tiny-cpu.yaml"
@@ -138,9 +138,19 @@ def test_preview_shows_the_torchrun_command() -> None:
 
 
 @pytest.mark.slow
-def test_two_ranks_match_one_rank_and_write_once(one_rank: RunDir, tmp_path: Path) -> None:
-    run = run_dir_of(cli("--config", str(TINY), *sum((["--set", o] for o in
-                                                      [f"output.runs_dir={tmp_path}", *FAST, *TWO]), [])))
+def test_two_ranks_on_two_nodes_match_one_rank_and_write_once(one_rank: RunDir, tmp_path: Path) -> None:
+    """Two nodes of one gloo rank each (both on this machine): node 0 starts the run, node 1 joins it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    sets = sum((["--set", o] for o in [f"output.runs_dir={tmp_path}", *FAST, "resources.nnodes=2",
+                                       "resources.nproc_per_node=1", "resources.master_addr=127.0.0.2",
+                                       f"resources.master_port={free_port()}"]), [])
+    node0 = subprocess.Popen([sys.executable, "-m", "backend.train", "--config", str(TINY), *sets], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert node0.stdout is not None
+    run = RunDir(node0.stdout.readline().strip())
+    node1 = cli("--join", str(run.path), "--node-rank", "1")
+    out0, _ = node0.communicate(timeout=240)
+    assert node0.returncode == 0 and node1.returncode == 0, out0[-3000:] + node1.stdout[-2000:] + node1.stderr[-2000:]
     assert run.read_status()["state"] == "finished"
     rows = read_jsonl(run.metrics_path)[0]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]  # one line per step, not one per rank

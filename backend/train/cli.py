@@ -3,6 +3,7 @@
     python -m backend.train --config presets/tiny-cpu.yaml [--set section.field=value ...]
     python -m backend.train --resume runs/<run_id>
     python -m backend.train --list-options          # every option with its default, bounds and help
+    python -m backend.train --join runs/<run_id> --node-rank 1   # another node's ranks of a multi-node run
 
 The first line of stdout is the run directory. A bad config exits 2 with messages naming the
 fields, and creates no run directory. The studio launches `--run-dir DIR` (spec.yaml already there,
@@ -61,6 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped or killed run from its last checkpoint")
     g.add_argument("--run-dir", help=argparse.SUPPRESS)  # the launcher's entry: spec.yaml is already in place
     g.add_argument("--list-options", action="store_true", help="print every option and exit")
+    g.add_argument("--join", metavar="RUN_DIR", help="start this node's ranks of a multi-node run that node 0 "
+                                                     "started (RUN_DIR on a filesystem both nodes see)")
+    ap.add_argument("--node-rank", type=int, default=1, help="with --join: this node's index (1 .. nnodes-1)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                     help="override one option (repeatable)")
     ap.add_argument("--preset", default="", help=argparse.SUPPRESS)
@@ -77,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from backend.launcher import create_run  # validates before anything is created
 
+    if args.join:
+        return _join(args.join, args.node_rank)
     tee = True
     if args.config:
         try:
@@ -180,3 +186,25 @@ def _peer_gone(err: BaseException) -> bool:
     text = str(err).lower()
     return any(m in text for m in ("connection closed by peer", "connection reset by peer", "broken pipe",
                                    "remote worker crashing", "socket timeout"))
+
+
+def _join(run_dir: str, node_rank: int) -> int:
+    """Node N > 0 of a multi-node run: supervise this node's ranks; node 0 alone writes the run's status.
+    Its ranks resume when the run has a checkpoint (node 0's resume), as torchrun's rendezvous waits for
+    every node before the first step, no checkpoint can appear in between."""
+    run = RunDir(run_dir)
+    try:
+        spec = load_spec(run.spec_path)
+    except SpecError as err:
+        print(err, file=sys.stderr)
+        return 2
+    if not 0 < node_rank < spec.resources.nnodes:
+        print(f"--node-rank {node_rank}: this run has resources.nnodes = {spec.resources.nnodes}; "
+              f"other nodes are 1 .. {spec.resources.nnodes - 1}", file=sys.stderr)
+        return 2
+    from backend.train import signals, supervise
+
+    signals.install()
+    spec = spec.model_copy(update={"resources": spec.resources.model_copy(update={"node_rank": node_rank})})
+    resumed = run.latest_checkpoint() is not None
+    return supervise.supervise(spec, run, ["--run-dir", str(run.path.resolve())] + (["--resumed"] if resumed else []))
