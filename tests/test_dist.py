@@ -182,6 +182,8 @@ def test_deepspeed_two_ranks_resume_one_rank_checkpoint_and_match(one_rank: RunD
     assert run.read_status()["state"] == "finished"
     assert [r["step"] for r in read_jsonl(run.metrics_path)[0]] == [1, 2, 3, 4]
     assert losses(run) == pytest.approx(losses(one_rank), abs=1e-6)
+    norms = [r["grad_norm"] for r in read_jsonl(run.metrics_path)[0]]
+    assert norms[2:] == pytest.approx([r["grad_norm"] for r in read_jsonl(one_rank.metrics_path)[0]][2:], rel=1e-3)
     assert_same_weights(weights(run, 4), weights(one_rank, 4))
     mine = torch.load(run.checkpoints_dir / "step-4" / "trainer_state.pt", weights_only=True)["optimizer"]
     ref = torch.load(one_rank.checkpoints_dir / "step-4" / "trainer_state.pt", weights_only=True)["optimizer"]

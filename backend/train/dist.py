@@ -174,6 +174,11 @@ class Ranks:
         return total
 
     @property
+    def _comm_device(self) -> torch.device:
+        """Where small collectives' tensors live: NCCL only reduces GPU tensors, gloo CPU ones."""
+        return self.device if self.device is not None and self.device.type == "cuda" else torch.device("cpu")
+
+    @property
     def is_main(self) -> bool:
         return self.rank == 0
 
@@ -250,7 +255,7 @@ class Ranks:
         """Sums over ranks (e.g. entropy totals that drive a controller every rank must agree on)."""
         if self.world == 1:
             return values
-        t = torch.tensor(values, dtype=torch.float64)
+        t = torch.tensor(values, dtype=torch.float64, device=self._comm_device)
         with self._timed():
             tdist.all_reduce(t)
         return tuple(t.tolist())
@@ -306,7 +311,7 @@ class Ranks:
         out = dict(acc)
         if self.world > 1:
             keys = [k for k, v in acc.items() if isinstance(v, (int, float)) and (k == "loss" or k not in NOT_AVERAGED)]
-            vals = torch.tensor([acc[k] for k in keys], dtype=torch.float64)
+            vals = torch.tensor([acc[k] for k in keys], dtype=torch.float64, device=self._comm_device)
             with self._timed():
                 tdist.all_reduce(vals)
             for k, v in zip(keys, vals.tolist()):
@@ -320,7 +325,7 @@ class Ranks:
         """True on every rank when it is true on one: stop requests must be agreed on, step for step."""
         if self.world == 1:
             return flag
-        t = torch.tensor([1 if flag else 0])
+        t = torch.tensor([1 if flag else 0], device=self._comm_device)
         tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
         return bool(t.item())
 
