@@ -29,7 +29,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,6 @@ class Ranks:
     ds_engine: Any = None
     comm_s: float = 0.0  # seconds in this module's collectives (rollout broadcast, counts, gradients at stage 0)
     _comm_reported: float = 0.0
-    _extra: dict[str, Any] = field(default_factory=dict)
 
     @contextmanager
     def _timed(self) -> Iterator[None]:
@@ -181,10 +180,6 @@ class Ranks:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world > 1 or self.stage > 0
 
     @property
     def params_sharded(self) -> bool:
