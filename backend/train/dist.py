@@ -210,6 +210,22 @@ class Ranks:
         cfg = deepspeed_config(spec, micro, self.world, on_cuda, base_dir)
         self.ds_engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=optimizer, config=cfg)
 
+    def wrap_reference(self, spec: RunSpec, reference):
+        """Under ZeRO-3 the frozen reference is partitioned too (a full copy per rank would undo what ZeRO-3
+        saves); its forward then gathers layer by layer, on every rank at once, like the policy's."""
+        if reference is None or not self.params_sharded:
+            return reference
+        import deepspeed
+
+        on_cuda = self.device is not None and self.device.type == "cuda"
+        cfg = deepspeed_config(spec, 1, self.world, on_cuda)
+        cfg = {k: v for k, v in cfg.items() if k not in ("gradient_clipping",)}
+        cfg["zero_optimization"] = {k: v for k, v in cfg["zero_optimization"].items() if k != "offload_optimizer"}
+        cfg.update(train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1, train_batch_size=self.world)
+        engine, *_ = deepspeed.initialize(model=reference, config=cfg)
+        engine.eval()
+        return engine.module
+
     # ---------------------------------------------------------------- rollouts
 
     def scatter_rollout(self, ro: Rollout | None) -> Rollout:

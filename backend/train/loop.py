@@ -69,7 +69,7 @@ class GRPOTrainer:
         ckpt = run.latest_checkpoint() if resume else None
         self.tokenizer = load_tokenizer(spec, base_dir)
         self.policy = build_policy(spec, base_dir, self.device, ckpt)
-        self.reference = build_reference(spec, base_dir, self.device, self.policy)
+        self.reference = self.ranks.wrap_reference(spec, build_reference(spec, base_dir, self.device, self.policy))
         self.optimizer = build_optimizer(spec, self.policy)
         self.scheduler = build_scheduler(spec, self.optimizer)
         self.autocast_dtype = compute_dtype(spec)  # bf16 compute over fp32 master weights, or None
