@@ -39,7 +39,7 @@ from backend.rollout.hf import HFEngine, left_pad
 from backend.rollout.pool import RolloutPool
 from backend.rundir import RunDir
 from backend.spec import RunSpec
-from backend.train import grpo
+from backend.train import dist, grpo
 from backend.train.batch import PendingRollout, Prompt, Rollout, ScoredGroup
 from backend.train.builders import (
     build_engine,
@@ -64,21 +64,25 @@ class StopRequested(Exception):
 
 class GRPOTrainer:
     def __init__(self, spec: RunSpec, run: RunDir, base_dir: Path, resume: bool = False):
-        self.spec, self.run, self.base_dir = spec, run, base_dir
+        self.ranks = dist.setup(spec)  # one rank: every hook of it is the identity (backend/train/dist.py)
+        self.spec, self.run, self.base_dir = spec, self.ranks.run_view(run), base_dir
         a = spec.algorithm
         if spec.resources.num_threads:
             torch.set_num_threads(spec.resources.num_threads)
-        self.device = resolve_device(spec)
+        self.device = self.ranks.device or resolve_device(spec)
         _seed_everything(a.seed)
 
         ckpt = run.latest_checkpoint() if resume else None
         self.tokenizer = load_tokenizer(spec, base_dir)
         self.policy = build_policy(spec, base_dir, self.device, ckpt)
-        self.reference = build_reference(spec, base_dir, self.device, self.policy)
+        self.reference = self.ranks.wrap_reference(spec, build_reference(spec, base_dir, self.device, self.policy))
         self.optimizer = build_optimizer(spec, self.policy)
         self.scheduler = build_scheduler(spec, self.optimizer)
         self.autocast_dtype = compute_dtype(spec)  # bf16 compute over fp32 master weights, or None
-        self.engine: RolloutEngine = build_engine(spec, self.policy, self.tokenizer, self.autocast_dtype, base_dir, run.path)
+        engine_model = self.ranks.engine_model(self.policy)  # rank 0 samples; under ZeRO-3 with a full copy
+        self.engine: RolloutEngine | None = None if engine_model is None else \
+            build_engine(spec, engine_model, self.tokenizer, self.autocast_dtype, base_dir, run.path)
+        self.ranks.wrap(spec, self.policy, self.optimizer, base_dir)  # DeepSpeed ZeRO (stage >= 1)
         self.engine_version = 0  # optimizer steps behind the weights the engine holds
         r = spec.rollout  # a colocated GPU engine sleeps while the trainer updates (sync only: async keeps it busy)
         self.engine_sleeps = r.placement == "colocate" and r.sleep and r.engine != "hf" and not r.async_generation
@@ -99,14 +103,14 @@ class GRPOTrainer:
         self.entropy_control = grpo.EntropyControl(a.entropy_coef, a.use_adaptive_entropy, a.entropy_target,
                                                    a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max)
         self.telemetry = Telemetry()
-        self.sinks = make_sinks(spec.output.report_to, run.path, spec.model_dump(mode="json"))
+        self.sinks = make_sinks(spec.output.report_to if self.ranks.is_main else [], run.path, spec.model_dump(mode="json"))
         self.started = time.time()
         self.elapsed_before = 0.0
         self.resumed_in_flight: list[Rollout] = []  # async: batches sampled ahead when the checkpoint was taken
         self.unscored: dict[str, tuple[int, int]] = {}  # reward name -> (first rollout, batches) scored all None
         if ckpt is not None:
             self._load_state(ckpt)
-        run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
+        self.run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
 
     # ------------------------------------------------------------------ rollout
 
@@ -303,7 +307,7 @@ class GRPOTrainer:
         B = ro.completion_ids.shape[0]
         ga = a.gradient_accumulation_steps
         mb = B // ga
-        total_tokens = float(ro.loss_mask.sum())
+        total_tokens, total_seqs = self.ranks.global_counts(ro.loss_mask)  # whole step, all ranks
         acc: dict[str, float] = {"loss": 0.0, "kl": 0.0, "entropy": 0.0}
         control = self.entropy_control
         coef = control.apply()  # the same coefficient for every micro-batch of the step, as TRL
@@ -318,13 +322,13 @@ class GRPOTrainer:
                 logps, old, ro.advantages[sl].to(self.device), ro.loss_mask[sl].to(self.device),
                 loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
                 is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
-                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B,
-                delta=a.delta or None, sapo_temperature_pos=a.sapo_temperature_pos,
+                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens,
+                global_num_seqs=total_seqs, delta=a.delta or None, sapo_temperature_pos=a.sapo_temperature_pos,
                 sapo_temperature_neg=a.sapo_temperature_neg, use_bias_correction_kl=a.use_bias_correction_kl,
                 off_policy_mask_threshold=a.off_policy_mask_threshold or None, sampling_logps=samp,
                 top_entropy_quantile=a.top_entropy_quantile, entropies=ent, entropy_coef=coef,
                 token_weights=ro.is_weights[sl].to(self.device) if ro.is_weights is not None else None)
-            out.loss.backward()
+            self.ranks.backward(out.loss)
             acc["loss"] += out.loss.item()
             acc["kl"] += float(out.kl) / ga
             acc["entropy"] += float(grpo.masked_mean(ent.detach(), ro.completion_mask[sl].to(self.device).float())) / ga
@@ -333,18 +337,14 @@ class GRPOTrainer:
             ent_sum += out.entropy_sum
             ent_tokens += out.entropy_tokens
         if control.enabled:
-            control.update(ent_sum, ent_tokens)
+            control.update(*self.ranks.sum(ent_sum, ent_tokens))  # every rank keeps the same coefficient
             acc["entropy_coef"] = control.coef  # after this step's update, as TRL logs it
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm if a.max_grad_norm > 0 else math.inf)
-        acc["grad_norm"] = float(grad_norm)
         acc["learning_rate"] = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
+        acc["grad_norm"] = self.ranks.step(self.policy, self.optimizer, a.max_grad_norm)  # reduce, clip, update
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         if a.beta == 0:
             acc.pop("kl")
-        return acc
+        return self.ranks.reduce_metrics(acc)
 
     # ------------------------------------------------------------------ weights, eval, checkpoints
 
@@ -353,13 +353,24 @@ class GRPOTrainer:
         """The sync hf engine samples with the policy object itself: no weight sync, and it can evaluate."""
         return getattr(self.engine, "model", None) is self.policy
 
-    def engine_weights(self) -> dict[str, torch.Tensor]:
-        """A CPU snapshot of the policy as the engine names it (LoRA merged, except for an in-process peft copy)."""
+    def engine_weights(self) -> dict[str, torch.Tensor] | None:
+        """A CPU snapshot of the policy as the engine names it (LoRA merged, except for an in-process peft copy);
+        None on ranks without an engine. Under ZeRO-3 every rank calls it: parameters are gathered in buckets."""
+        if self.ranks.params_sharded:
+            out: dict[str, torch.Tensor] = {}
+            for bucket in self.ranks.gathered(self.policy):
+                if self.engine is not None:
+                    out.update({n: t.detach().to("cpu", copy=True) for n, t in bucket})
+            return out if self.engine is not None else None
+        if self.engine is None:
+            return None
         return engine_weights(self.policy, peft_names=isinstance(self.engine, HFEngine))
 
-    def push_weights(self, weights: dict[str, torch.Tensor], version: int) -> float:
+    def push_weights(self, weights: dict[str, torch.Tensor] | None, version: int) -> float:
         t0 = time.time()
-        if isinstance(self.engine, RolloutPool):
+        if self.engine is None or weights is None:
+            pass
+        elif isinstance(self.engine, RolloutPool):
             self.engine.update_weights(weights.items(), version)
         else:
             self.engine.update_weights(weights.items())
@@ -372,16 +383,16 @@ class GRPOTrainer:
             self.engine_version = self.step
             return 0.0
         t0 = time.time()
-        if self.engine_sleeps:
+        if self.engine_sleeps and self.engine is not None:
             self.engine.wake_up()  # a level-2 sleep dropped the weights: wake, then load the new ones
-        self.push_weights(self.engine_weights(), self.step)
+        self.push_weights(self.engine_weights(), self.step)  # ZeRO-3: gathered in buckets, all ranks take part
         return time.time() - t0
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Greedy eval of the current policy (an async engine holds the previous version and is busy)."""
         prompts = [(p.text, p.ids) for p in (self._prompt(i, self.eval_rows, "eval") for i in range(len(self.eval_rows)))]
-        engine = self.engine if self.engine_shares_policy else \
+        engine = self.engine if self.engine_shares_policy or self.ranks.params_sharded else \
             HFEngine(self.policy, self.tokenizer, autocast_dtype=self.autocast_dtype)
         return greedy_eval(engine, self.tokenizer, self.eval_rows, self.spec.data, self.scorer,
                            self.spec.rollout.max_completion_length, prompts)
@@ -389,7 +400,7 @@ class GRPOTrainer:
     def maybe_evaluate(self) -> dict[str, float]:
         """Greedy eval on eval steps (also kept in eval/during_training.jsonl); {} otherwise."""
         every = self.spec.output.eval_steps
-        if not every or self.step % every:
+        if not every or self.step % every or not self.ranks.is_main:
             return {}
         ev = self.evaluate()
         self.run.eval_dir.mkdir(exist_ok=True)
@@ -402,14 +413,20 @@ class GRPOTrainer:
         ckpt = self.run.checkpoints_dir / f"step-{self.step}"
         if (ckpt / "COMPLETE").exists():
             return ckpt
+        # full states, gathered from the ranks (all take part); rank 0 writes them in the one-rank format
+        weights = self.ranks.model_state(self.policy)
+        optimizer = self.ranks.optimizer_state(self.policy, self.optimizer)
+        pending = self.ranks.gather_pending(self.pending)
+        if not self.ranks.is_main:
+            return ckpt
         final, ckpt = ckpt, self.run.checkpoints_dir / f".step-{self.step}.tmp"
         shutil.rmtree(ckpt, ignore_errors=True)
         ckpt.mkdir(parents=True)
-        self.policy.save_pretrained(ckpt / "model", safe_serialization=True)
+        self.policy.save_pretrained(ckpt / "model", safe_serialization=True, state_dict=weights)
         self.tokenizer.save_pretrained(ckpt / "model")
         save_trainer_state(ckpt / "trainer_state.pt", step=self.step, rollouts_done=self.rollouts_done,
-                           sampler=self.sampler.state_dict(), optimizer=self.optimizer.state_dict(),
-                           scheduler=self.scheduler.state_dict(), pending=self.pending, in_flight=in_flight or [],
+                           sampler=self.sampler.state_dict(), optimizer=optimizer,
+                           scheduler=self.scheduler.state_dict(), pending=pending, in_flight=in_flight or [],
                            elapsed_s=self.elapsed())
         if self.entropy_control.adaptive:  # the controller's state, as TRL's entropy_ctrl_state.json
             (ckpt / ENTROPY_STATE).write_text(json.dumps({"entropy_coef": self.entropy_control.coef,
@@ -428,9 +445,9 @@ class GRPOTrainer:
         state = load_trainer_state(ckpt / "trainer_state.pt")  # tensors and plain data only, RNGs restored
         self.step, self.rollouts_done = state.step, state.rollouts_done
         self.sampler.load_state_dict(state.sampler)
-        self.optimizer.load_state_dict(state.optimizer)
+        self.ranks.load_optimizer_state(self.policy, self.optimizer, state.optimizer)
         self.scheduler.load_state_dict(state.scheduler)
-        self.pending = state.pending
+        self.pending = self.ranks.shard_pending(state.pending)
         self.resumed_in_flight = state.in_flight
         self.elapsed_before = state.elapsed_s
         if self.entropy_control.adaptive and (ckpt / ENTROPY_STATE).is_file():
@@ -472,11 +489,15 @@ class GRPOTrainer:
         print(f"training {a.max_steps} steps on {self.device}: {len(self.rows)} prompts, "
               f"{self.spec.completions_per_step} completions per step", flush=True)
         mu, bound = a.num_iterations, self.spec.rollout.max_staleness
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout") if self.spec.rollout.async_generation else None
-        queue: deque[Future[Rollout]] = deque()  # async: batches sampled ahead, in training order
-        for resumed in self.resumed_in_flight if pool is not None else []:
-            done: Future[Rollout] = Future()
-            done.set_result(resumed)
+        is_async, main = self.spec.rollout.async_generation, self.ranks.is_main
+        # rank 0 samples; every rank keeps the same queue bookkeeping (None placeholders off rank 0), so all
+        # ranks take the same decisions and meet in the same collectives (weight gathers, rollout scatter)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout") if is_async and main else None
+        queue: deque[Future[Rollout] | None] = deque()  # async: batches sampled ahead, in training order
+        for resumed in self.resumed_in_flight if is_async else []:
+            done: Future[Rollout] | None = Future() if main else None
+            if done is not None:
+                done.set_result(resumed)
             queue.append(done)
         pushed = self.engine_version  # the newest weights handed to the engine (pushes run in the rollout thread)
         held = False  # the next batch is waiting for the staleness bound
@@ -484,7 +505,7 @@ class GRPOTrainer:
 
         def checkpoint() -> None:
             # async: the batches being sampled belong to the checkpoint (the sampler already moved past them)
-            self.save_checkpoint([f.result() for f in queue])
+            self.save_checkpoint([f.result() for f in queue if f is not None])
 
         def sample(index: int) -> Rollout:
             return self.make_rollout(index, self.engine_version)  # in the rollout thread: after the pushes before it
@@ -503,38 +524,46 @@ class GRPOTrainer:
                     return snap_s
                 if pushed < self.step and not self.engine_shares_policy:
                     t0 = time.time()
-                    weights = self.engine_weights()  # a copy: the optimizer goes on changing the policy
+                    weights = self.engine_weights()  # a copy (all ranks gather under ZeRO-3): the policy moves on
                     snap_s += time.time() - t0
-                    pool.submit(self.push_weights, weights, self.step)  # runs between generations, in order
+                    if pool is not None:
+                        pool.submit(self.push_weights, weights, self.step)  # runs between generations, in order
                     pushed = self.step
                 if held:
                     self.async_counts["async/waited"] += 1
                     held = False
                 self.rollouts_done += 1
-                queue.append(pool.submit(sample, self.rollouts_done))
+                queue.append(pool.submit(sample, self.rollouts_done) if pool is not None else None)
 
         def next_rollout() -> Rollout:
-            if pool is None:
+            if not is_async:
                 self.rollouts_done += 1
-                return self.make_rollout(self.rollouts_done, self.step)
+                return self.ranks.scatter_rollout(self.make_rollout(self.rollouts_done, self.step) if main else None)
             if not queue:
                 refill(0)
             t0 = time.time()
-            ro = queue.popleft().result()
-            if self.step - ro.policy_version > bound:  # only after a resume with a smaller bound: resample
-                stale = 1 + len(queue)
+            fut = queue.popleft()
+            ro = fut.result() if fut is not None else None
+            stale = self.ranks.any(ro is not None and self.step - ro.policy_version > bound)
+            if stale:  # only after a resume with a smaller bound: resample
+                dropped = 1 + len(queue)
                 for f in queue:
-                    f.result()
+                    if f is not None:
+                        f.result()
                 queue.clear()
-                self.async_counts["async/dropped"] += stale
+                self.async_counts["async/dropped"] += dropped
                 refill(0)
-                ro = queue.popleft().result()
-            ro.timings["rollout_wait_s"] = time.time() - t0
-            ro.timings["weight_sync_s"] = refill(mu)
+                fut = queue.popleft()
+                ro = fut.result() if fut is not None else None
+            wait_s = time.time() - t0
+            sync_s = refill(mu)
+            ro = self.ranks.scatter_rollout(ro)  # each rank keeps its shard of whole groups
+            ro.timings["rollout_wait_s"] = wait_s
+            ro.timings["weight_sync_s"] = sync_s
             return ro
 
         try:
-            if STOP.is_set():  # asked to stop while loading
+            if self.ranks.any(STOP.is_set()):  # asked to stop while loading
                 raise StopRequested
             while self.step < a.max_steps:
                 t_step = time.time()
@@ -552,7 +581,7 @@ class GRPOTrainer:
                     train = self.optimizer_step(ro)
                     self.step += 1
                     self.pending = PendingRollout(ro, it + 1) if it + 1 < a.num_iterations else None
-                    t_sync = refill(mu - it - 1) if pool is not None else self.sync_weights()
+                    t_sync = refill(mu - it - 1) if is_async else self.sync_weights()
                     first = it == 0  # the rollout's own timings belong to its first update only
                     timing = {
                         "timing/rollout_s": ro.timings.get("rollout_s", 0.0) if first else 0.0,
@@ -577,7 +606,7 @@ class GRPOTrainer:
                         checkpoint()
                     if self.on_step is not None:
                         self.on_step(self, row)
-                    if STOP.is_set() or self.step == self.stop_at_step:
+                    if self.ranks.any(STOP.is_set()) or self.step == self.stop_at_step:
                         raise StopRequested
                     t_step = time.time()
             checkpoint()
@@ -590,7 +619,7 @@ class GRPOTrainer:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
-            if not self.engine_shares_policy:
+            if self.engine is not None and not self.engine_shares_policy:
                 self.engine.close()  # rollout workers exit with the run
             for sink in self.sinks:
                 sink.close()
