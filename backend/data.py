@@ -55,6 +55,7 @@ class SourceScan:
     columns: frozenset[str] = frozenset()
     missing: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    bad_media: dict[str, str] = field(default_factory=dict)  # media column -> "line 3: no such image file: ..."
 
     first: str = ""  # where the first row is ('line 1', or 'line 4' after blank lines)
 
@@ -64,21 +65,35 @@ class SourceScan:
         return where is not None and (where == self.first or where.startswith("("))
 
 
-def scan_source(path: Path, needed: list[str]) -> SourceScan:
+def scan_source(path: Path, needed: list[str], media: list[str] | None = None, media_base: Path | None = None
+                ) -> SourceScan:
     """Read a whole local source cheaply (no Arrow conversion) and check every row has the needed columns.
 
-    Cached by path, size and mtime, so the studio's validation on every change does not re-read it."""
+    `media` columns hold images (backend.multimodal): every one is opened, relative paths resolved against
+    `media_base`, and the first bad cell of each column is reported with its row. Cached by path, size and
+    mtime, so the studio's validation on every change does not re-read it."""
     try:
         st = path.stat()
     except OSError as err:
         return SourceScan(error=f"cannot read: {err.strerror or err}")
-    return _scan(str(path), st.st_size, st.st_mtime_ns, tuple(sorted(set(needed))))
+    base = str(media_base if media_base is not None else path.parent)
+    return _scan(str(path), st.st_size, st.st_mtime_ns, tuple(sorted(set(needed))), tuple(sorted(set(media or []))), base)
 
 
 @lru_cache(maxsize=64)
-def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...]) -> SourceScan:
+def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media: tuple[str, ...] = (),
+          media_base: str = ".") -> SourceScan:
     path = Path(path_str)
     missing: dict[str, str] = {}
+    bad_media: dict[str, str] = {}
+
+    def check_media(col: str, value: Any, where: str) -> None:
+        from backend.multimodal import check_media_cell
+
+        if col not in bad_media and value is not None:
+            why = check_media_cell(value, Path(media_base))
+            if why:
+                bad_media[col] = f"{where}: {why}"
 
     def visit(row: Any, where: str) -> str | None:
         if not isinstance(row, dict):
@@ -86,6 +101,8 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...]) -> So
         for c in needed:
             if c not in missing and row.get(c) is None:
                 missing[c] = where
+        for c in media:
+            check_media(c, row.get(c), where)
         return None
 
     try:
@@ -97,7 +114,11 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...]) -> So
                 ds = ds["train"] if "train" in ds else next(iter(ds.values()))
             cols = set(ds.column_names)
             missing.update({c: "(every row)" for c in needed if c not in cols})
-            return SourceScan(frozenset(cols), missing, first="row 1")
+            for c in media:
+                if c in cols:
+                    for k, v in enumerate(ds.with_format(None)[c], 1):  # raw cells, not decoded images
+                        check_media(c, v, f"row {k}")
+            return SourceScan(frozenset(cols), missing, first="row 1", bad_media=bad_media)
         suffix = path.suffix.lower()
         first: dict[str, Any] | None = None
         first_at = ""
@@ -119,7 +140,7 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...]) -> So
                     n += 1
             if n == 0:
                 return SourceScan(error="no rows")
-            return SourceScan(frozenset(first or {}), missing, first=first_at)
+            return SourceScan(frozenset(first or {}), missing, first=first_at, bad_media=bad_media)
         if suffix == ".json":
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
@@ -135,7 +156,7 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...]) -> So
                 bad = visit(row, f"row {k}")
                 if bad:
                     return SourceScan(error=bad)
-            return SourceScan(frozenset(rows[0]), missing, first="row 1")
+            return SourceScan(frozenset(rows[0]), missing, first="row 1", bad_media=bad_media)
         if suffix == ".csv":
             import csv
 
@@ -148,7 +169,7 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...]) -> So
                     visit(row, f"row {k}")  # a short row leaves its last columns None
             if k == 0:
                 return SourceScan(error="no rows")
-            return SourceScan(frozenset(header), missing, first="row 1")
+            return SourceScan(frozenset(header), missing, first="row 1", bad_media=bad_media)
         if suffix == ".parquet":
             import pyarrow.parquet as pq
 
@@ -164,7 +185,11 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...]) -> So
                     missing[c] = f"row {first_null + 1}"
             if table.num_rows == 0:
                 return SourceScan(error="no rows")
-            return SourceScan(frozenset(cols), missing, first="row 1")
+            for c in media:
+                if c in cols:
+                    for k, v in enumerate(table[c].to_pylist(), 1):
+                        check_media(c, v, f"row {k}")
+            return SourceScan(frozenset(cols), missing, first="row 1", bad_media=bad_media)
     except UnicodeDecodeError:
         return SourceScan(error="not UTF-8 text")
     except Exception as err:  # a corrupt Parquet file, an unreadable directory...

@@ -14,6 +14,7 @@ from dataclasses import replace
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from backend.multimodal import forward_media, placeholder_ids, rope_positions, stack_media
 from backend.rollout.base import Completion, PromptInput, SamplingParams, derive_seed
 
 
@@ -57,6 +58,9 @@ class HFEngine:
         self.max_batch = max_batch  # sequences decoded together; 0 = all at once
         self.eos_ids = set(_eos_ids(model, tokenizer))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
+        # a sampled image placeholder would be read as an image slot by the training forward: never sample one
+        never = placeholder_ids(model.config)
+        self.never = torch.tensor(never, device=next(model.parameters()).device) if never else None
 
     @torch.no_grad()
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
@@ -87,17 +91,25 @@ class HFEngine:
 
         ids, mask = left_pad([p.token_ids for p in prompts], self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
+        media = stack_media([p.multi_modal for p in prompts])
+        extra: dict[str, torch.Tensor] = {}
+        if media is None:
+            prefill_pos, delta = positions(mask), torch.zeros((len(prompts), 1), dtype=torch.long, device=device)
+        else:  # images: M-RoPE positions; text after the prompt is offset by each row's delta
+            prefill_pos, delta = rope_positions(model, ids, mask, media)
+            extra = forward_media(media, device)
         cache = DynamicCache()
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)  # only the last position samples: no B x Lp x V logits
+        out = model(input_ids=ids, attention_mask=mask, position_ids=prefill_pos, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1, **extra)  # only the last position samples: no B x Lp x V logits
         cache = out.past_key_values
         logits = out.logits[:, -1, :].float()
         if sp.n > 1:
             cache.batch_repeat_interleave(sp.n)
             logits = logits.repeat_interleave(sp.n, dim=0)
             mask = mask.repeat_interleave(sp.n, dim=0)
+            delta = delta.repeat_interleave(sp.n, dim=0)
         batch = mask.shape[0]
-        pos = mask.sum(-1, keepdim=True) - 1  # last prompt position per row
+        pos = mask.sum(-1, keepdim=True) - 1 + delta.to(device)  # last prompt position per row
 
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -105,7 +117,10 @@ class HFEngine:
         for step in range(sp.max_tokens):
             scaled = logits / sp.temperature
             logp_all = scaled.log_softmax(-1)
-            probs = filter_logits(scaled, sp.top_k, sp.top_p).softmax(-1)
+            kept = filter_logits(scaled, sp.top_k, sp.top_p)
+            if self.never is not None:  # a filter like top-k: the reported logprobs stay unfiltered
+                kept = kept.index_fill(-1, self.never, float("-inf"))
+            probs = kept.softmax(-1)
             nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
             nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
             tokens.append(nxt)

@@ -33,12 +33,15 @@ class Rollout:
     old_logps: torch.Tensor | None = None
     ref_logps: torch.Tensor | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    # per row: the prompt's image inputs ({"pixel_values", "image_grid_thw"}, backend.multimodal), None for text
+    media: list[dict[str, torch.Tensor] | None] | None = None
 
 
 @dataclass(frozen=True)
 class Prompt:
-    text: str  # exactly what the model is prompted with (template applied)
+    text: str  # exactly what the model is prompted with (template applied, image placeholders expanded)
     ids: list[int]
+    media: dict[str, torch.Tensor] | None = None  # image inputs for the model (multimodal rows)
 
 
 @dataclass

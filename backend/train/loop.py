@@ -27,7 +27,8 @@ import torch
 
 from backend.data import PromptSampler, load_rows, render_prompt
 from backend.eval.greedy import greedy_eval
-from backend.models import compute_dtype, load_tokenizer, resolve_device
+from backend.models import compute_dtype, load_tokenizer, load_vision_processor, resolve_device
+from backend.multimodal import media_ref, render_mm_prompt
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams, derive_seed
 from backend.rollout.hf import HFEngine, left_pad
@@ -64,6 +65,8 @@ class GRPOTrainer:
 
         ckpt = run.latest_checkpoint() if resume else None
         self.tokenizer = load_tokenizer(spec, base_dir)
+        # images: prompts go through the model's image processor too (backend.multimodal)
+        self.vision = load_vision_processor(spec, base_dir, self.tokenizer) if spec.data.images_column else None
         self.policy = build_policy(spec, base_dir, self.device, ckpt)
         self.reference = build_reference(spec, base_dir, self.device, self.policy)
         self.optimizer = build_optimizer(spec, self.policy)
@@ -97,8 +100,12 @@ class GRPOTrainer:
     def _prompt(self, row_idx: int, rows: list[dict[str, Any]], split: str) -> Prompt:
         key = (split, row_idx)
         if key not in self._prompt_cache:
-            text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer)
-            self._prompt_cache[key] = Prompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if self.vision is not None:
+                mm = render_mm_prompt(rows[row_idx], self.spec.data, self.vision, self.base_dir)
+                self._prompt_cache[key] = Prompt(mm.text, mm.ids, mm.media)
+            else:
+                text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer)
+                self._prompt_cache[key] = Prompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return self._prompt_cache[key]
 
     def _sampling(self, index: int, attempt: int, n: int) -> SamplingParams:
@@ -113,7 +120,8 @@ class GRPOTrainer:
         G = self.spec.rollout.num_generations
         prompts = [self._prompt(i, self.rows, "train") for i in row_ids]
         t0 = time.time()
-        groups = self.engine.generate([PromptInput(p.ids) for p in prompts], self._sampling(index, attempt, G))
+        groups = self.engine.generate([PromptInput(p.ids, p.media or {}) for p in prompts],
+                                      self._sampling(index, attempt, G))
         t1 = time.time()
         matrix = self.scorer.score([p.text for p in prompts for _ in range(G)], [c.text for g in groups for c in g],
                                    [self.rows[i] for i in row_ids for _ in range(G)],
@@ -201,8 +209,11 @@ class GRPOTrainer:
                 "reward": rewards[i].item(), "advantage": adv[i].item(),
                 "length": len(c.token_ids), "truncated": bool(truncated[i]),
             })
+            if spec.data.images_column:  # the studio shows each group's picture beside it
+                samples[-1]["images"] = media_ref(self.rows[groups[gi].row].get(spec.data.images_column))
+        media = [g.prompt.media for g in groups for _ in range(G)]
         return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
-                       adv, m, samples)
+                       adv, m, samples, media=media if any(x is not None for x in media) else None)
 
     # ------------------------------------------------------------------ loss
 
@@ -212,7 +223,8 @@ class GRPOTrainer:
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
         group = None if self.spec.model.gradient_checkpointing else self.spec.rollout.num_generations
         with autocast(d, self.autocast_dtype):
-            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group)
+            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group,
+                                       media=ro.media[sl] if ro.media is not None else None)
         logits = logits.float() / self.spec.rollout.temperature
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
@@ -296,7 +308,8 @@ class GRPOTrainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Greedy eval of the current policy (an async engine holds the previous version and is busy)."""
-        prompts = [(p.text, p.ids) for p in (self._prompt(i, self.eval_rows, "eval") for i in range(len(self.eval_rows)))]
+        prompts = [(p.text, p.ids, p.media) for p in (self._prompt(i, self.eval_rows, "eval")
+                                                     for i in range(len(self.eval_rows)))]
         engine = self.engine if self.engine_shares_policy else \
             HFEngine(self.policy, self.tokenizer, autocast_dtype=self.autocast_dtype)
         return greedy_eval(engine, self.tokenizer, self.eval_rows, self.spec.data, self.scorer,
@@ -323,6 +336,8 @@ class GRPOTrainer:
         ckpt.mkdir(parents=True)
         self.policy.save_pretrained(ckpt / "model", safe_serialization=True)
         self.tokenizer.save_pretrained(ckpt / "model")
+        if self.vision is not None:  # a checkpoint is a loadable model directory, image processor included
+            self.vision.image_processor.save_pretrained(ckpt / "model")
         save_trainer_state(ckpt / "trainer_state.pt", step=self.step, rollouts_done=self.rollouts_done,
                            sampler=self.sampler.state_dict(), optimizer=self.optimizer.state_dict(),
                            scheduler=self.scheduler.state_dict(), pending=self.pending, in_flight=in_flight,
