@@ -141,6 +141,35 @@ def placeholder_ids(config: Any) -> list[int]:
                    if isinstance(i, int)})
 
 
+def mm_messages(prompt: Any, n_images: int, system_prompt: str = "") -> list[dict[str, Any]]:
+    """Chat messages with the images first in the user turn (Qwen2-VL's convention); a prompt that is
+    already a message list keeps its own image parts, or gets them on its first user turn."""
+    if isinstance(prompt, list):
+        msgs = [dict(m) for m in prompt]
+        has_parts = any(isinstance(m.get("content"), list) and any(
+            isinstance(p, dict) and (p.get("type") == "image" or "image" in p) for p in m["content"]) for m in msgs)
+        if not has_parts:
+            for m in msgs:
+                if m.get("role") == "user":
+                    m["content"] = [{"type": "image"}] * n_images + [{"type": "text", "text": str(m["content"])}]
+                    break
+    else:
+        msgs = [{"role": "user", "content": [{"type": "image"}] * n_images + [{"type": "text", "text": str(prompt)}]}]
+    if system_prompt and not any(m.get("role") == "system" for m in msgs):
+        msgs = [{"role": "system", "content": system_prompt}, *msgs]
+    return msgs
+
+
+def render_mm_text(row: dict[str, Any], data: Any, tokenizer: Any) -> str:
+    """A multimodal row's prompt text, one placeholder per image, without processing any image (previews)."""
+    n = len(media_items(row.get(data.images_column)))
+    prompt = data.prompt_template.format_map(row) if data.prompt_template else row[data.prompt_column]
+    if not getattr(tokenizer, "chat_template", None):
+        raise MediaError("multimodal prompts need the tokenizer's chat template (it places the image tokens)")
+    return tokenizer.apply_chat_template(mm_messages(prompt, n, data.system_prompt), add_generation_prompt=True,
+                                         tokenize=False)
+
+
 @dataclass(frozen=True)
 class MMPrompt:
     text: str  # the rendered prompt, one placeholder per image (what rewards and samples.jsonl see)
@@ -169,22 +198,7 @@ class VisionProcessor:
         return cls(tokenizer, ip, getattr(tokenizer, "image_token", None) or "<|image_pad|>")
 
     def messages(self, prompt: Any, n_images: int, system_prompt: str = "") -> list[dict[str, Any]]:
-        """Chat messages with the images first in the user turn (Qwen2-VL's convention); a prompt that is
-        already a message list keeps its own image parts, or gets them on its first user turn."""
-        if isinstance(prompt, list):
-            msgs = [dict(m) for m in prompt]
-            has_parts = any(isinstance(m.get("content"), list) and any(
-                isinstance(p, dict) and (p.get("type") == "image" or "image" in p) for p in m["content"]) for m in msgs)
-            if not has_parts:
-                for m in msgs:
-                    if m.get("role") == "user":
-                        m["content"] = [{"type": "image"}] * n_images + [{"type": "text", "text": str(m["content"])}]
-                        break
-        else:
-            msgs = [{"role": "user", "content": [{"type": "image"}] * n_images + [{"type": "text", "text": str(prompt)}]}]
-        if system_prompt and not any(m.get("role") == "system" for m in msgs):
-            msgs = [{"role": "system", "content": system_prompt}, *msgs]
-        return msgs
+        return mm_messages(prompt, n_images, system_prompt)
 
     def encode(self, messages: list[dict[str, Any]], images: list[Any]) -> MMPrompt:
         if not getattr(self.tokenizer, "chat_template", None):
