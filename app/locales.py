@@ -195,6 +195,7 @@ UI: dict[str, dict[str, str]] = {
     "col_started": {"en": "started", "zh": "开始时间"},
     "col_duration": {"en": "duration", "zh": "时长"},
     "st_starting": {"en": "starting", "zh": "启动中"},
+    "run_warnings": {"en": "This run needs attention", "zh": "此运行需要注意"},
     "st_running": {"en": "running", "zh": "运行中"},
     "st_stopping": {"en": "stopping", "zh": "停止中"},
     "st_stopped": {"en": "stopped", "zh": "已停止"},

@@ -83,13 +83,18 @@ def installed_engines() -> frozenset[str]:
 
 @lru_cache(maxsize=1)
 def hub_reachable() -> bool:
-    """Whether the model hub answers from here (offline mode and a failed connect both say no)."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+    """Whether the model hub (HF_ENDPOINT, mirrors included) accepts a connection from here; offline mode says no."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
         return False
     try:
-        with socket.create_connection(("huggingface.co", 443), timeout=1.5):
+        from urllib.parse import urlparse
+
+        from huggingface_hub import constants
+
+        url = urlparse(constants.ENDPOINT)
+        with socket.create_connection((url.hostname or "", url.port or (443 if url.scheme == "https" else 80)), timeout=1.5):
             return True
-    except OSError:
+    except (OSError, ImportError, ValueError):
         return False
 
 

@@ -91,6 +91,7 @@ class GRPOTrainer:
         self.started = time.time()
         self.elapsed_before = 0.0
         self.resumed_in_flight = None  # async: the rollout that was being sampled when the checkpoint was taken
+        self.unscored: dict[str, tuple[int, int]] = {}  # reward name -> (first rollout, batches) scored all None
         if ckpt is not None:
             self._load_state(ckpt)
         run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
@@ -198,6 +199,8 @@ class GRPOTrainer:
             m[f"rewards/{name}/mean"] = col[ok].mean().item() if ok.any() else math.nan
             m[f"rewards/{name}/std"] = col[ok].std().item() if ok.sum() > 1 else 0.0
             m[f"rewards/{name}/errors"] = float(self.scorer.error_counts.get(name, 0))
+            if not ok.any():
+                self._note_unscored(name, index)
 
         samples = []
         for i, c in enumerate(completions):
@@ -214,6 +217,17 @@ class GRPOTrainer:
         media = [g.prompt.media for g in groups for _ in range(G)]
         return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
                        adv, m, samples, media=media if any(x is not None for x in media) else None)
+
+    def _note_unscored(self, name: str, rollout_index: int) -> None:
+        """A reward that scored nothing in a whole batch gives no signal: say so in status.json (the dashboard
+        shows it), not only as a NaN metric."""
+        first, count = self.unscored.get(name, (rollout_index, 0))
+        self.unscored[name] = (first, count + 1)
+
+    def warnings(self) -> list[str]:
+        return [f"reward {name!r} returned None for every completion in {count} rollout batch(es), first in rollout "
+                f"{first}: it adds no learning signal (does the data have the columns it reads?)"
+                for name, (first, count) in sorted(self.unscored.items())]
 
     # ------------------------------------------------------------------ loss
 
@@ -455,7 +469,7 @@ class GRPOTrainer:
                     eta = (a.max_steps - self.step) * sum(recent) / len(recent)
                     self.run.write_status(state="stopping" if STOP.is_set() else "running", step=self.step,
                                           reward=row["reward"], step_s=timing["timing/step_s"], eta_s=eta,
-                                          elapsed_s=self.elapsed())
+                                          elapsed_s=self.elapsed(), warnings=self.warnings())
                     print(f"step {self.step}/{a.max_steps} reward {row['reward']:.3f} loss {row['loss']:.4f} "
                           f"len {row['completions/mean_length']:.1f} {timing['timing/step_s']:.2f}s", flush=True)
                     if out.save_steps and self.step % out.save_steps == 0 and self.step < a.max_steps:
