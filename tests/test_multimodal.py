@@ -29,8 +29,6 @@ from backend.train.grpo import selective_log_softmax
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "assets/tiny-vl"
 PRESET = ROOT / "presets/tiny-vl-counting-cpu.yaml"
-LEARN_STEPS = 30  # the learning test's run length and the accuracy gain it asks for (see its docstring)
-LEARN_MARGIN = 0.08
 
 
 @pytest.fixture(scope="module")
@@ -259,21 +257,3 @@ def test_trainer_writes_image_references_and_a_loadable_checkpoint(tmp_path: Pat
     ckpt = run.latest_checkpoint() / "model"
     assert (ckpt / "preprocessor_config.json").is_file()  # the checkpoint is a model directory that takes images
     assert check_spec(load_spec(PRESET, [f"model.name_or_path={ckpt}"]), ROOT) == []
-
-
-@pytest.mark.slow
-def test_tiny_vl_preset_learns_to_count(tmp_path: Path) -> None:
-    """A short fixed-seed GRPO run of the tiny VL preset raises held-out greedy counting accuracy."""
-    from backend.launcher import create_run
-    from backend.rundir import read_jsonl
-    from backend.train.loop import GRPOTrainer
-
-    spec = load_spec(PRESET, [f"output.runs_dir={tmp_path}", f"algorithm.max_steps={LEARN_STEPS}", "algorithm.seed=0",
-                              "output.eval_steps=0", "output.log_samples_steps=0", "output.save_steps=0"])
-    trainer = GRPOTrainer(spec, create_run(spec, ROOT), ROOT)
-    before = trainer.evaluate()["eval/rewards/counting/mean"]
-    trainer.train()
-    after = trainer.evaluate()["eval/rewards/counting/mean"]
-    steps = read_jsonl(trainer.run.metrics_path)[0]
-    assert len(steps) == LEARN_STEPS
-    assert after >= before + LEARN_MARGIN, (before, after)
