@@ -1,11 +1,14 @@
 """Build the shipped tiny vision-language model and the tiny object-counting task.
 
 Task (CLEVR-like, rendered with PIL): a 112x112 picture holds 1..5 coloured shapes (circle, square,
-triangle; red, green, blue, yellow, purple) on a grey background, and the question is
-"How many objects are there?". The answer lists the objects' colours left to right and then the
-count, as R1-style counting models do:
+triangle; red, green, blue, yellow, purple) on a grey background, at most one per 28x28 cell so that a
+model this small can learn to see them in minutes, and the question is
+"How many objects are there?". The answer is R1-style, a short thought and the count in tags:
 
-    <think>red blue red</think><answer>3</answer>
+    <think>3 objects</think><answer>3</answer>
+
+(Listing the objects one by one before counting, as large models learn to, is beyond a 4-layer model
+trained for minutes; the `colours` column keeps that list in reading order for rewards that want it.)
 
 The model is a Qwen2-VL (vision tower 2 blocks x 64 wide; language model 4 layers x 128, head dim 64,
 M-RoPE sections 8/12/12) with a character tokenizer and a Qwen2-VL chat template with image
@@ -37,6 +40,8 @@ from backend.multimodal import VisionProcessor
 
 HERE = Path(__file__).resolve().parent
 SIZE = 112
+CELL = 28  # pixels per image token (14 px patches merged 2x2)
+CELLS = SIZE // CELL
 QUESTION = "How many objects are there?"
 COLOURS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 230), "yellow": (235, 210, 40),
            "purple": (150, 60, 200)}
@@ -59,21 +64,25 @@ CHAT_TEMPLATE = (
 class Scene:
     objects: list[tuple[str, str, int, int, int]]  # colour, shape, x, y, radius
 
+    def in_reading_order(self) -> list[tuple[str, str, int, int, int]]:
+        """Top row first, left to right: the order of the image tokens, one per 28x28 cell."""
+        return sorted(self.objects, key=lambda o: (o[3] // CELL, o[2] // CELL))
+
     @property
     def answer(self) -> str:
-        colours = " ".join(c for c, *_ in sorted(self.objects, key=lambda o: o[2]))
-        return f"<think>{colours}</think><answer>{len(self.objects)}</answer>"
+        n = len(self.objects)
+        return f"<think>{n} object{'s' if n > 1 else ''}</think><answer>{n}</answer>"
 
 
 def random_scene(rng: random.Random, max_objects: int = 5) -> Scene:
-    n = rng.randint(1, max_objects)
+    """1..max_objects shapes, at most one per 28x28 cell of a 4x4 grid (a cell is what one image token sees
+    after the 2x2 patch merge), jittered inside its cell."""
     objs: list[tuple[str, str, int, int, int]] = []
-    while len(objs) < n:
+    for c in rng.sample(range(CELLS * CELLS), rng.randint(1, max_objects)):
         r = rng.randint(7, 11)
-        x, y = rng.randint(r + 1, SIZE - r - 2), rng.randint(r + 1, SIZE - r - 2)
-        # no overlaps, and distinct x so "left to right" is well defined
-        if all((x - ox) ** 2 + (y - oy) ** 2 > (r + orr + 3) ** 2 and abs(x - ox) > 2 for _, _, ox, oy, orr in objs):
-            objs.append((rng.choice(list(COLOURS)), rng.choice(SHAPES), x, y, r))
+        cx, cy = (c % CELLS) * CELL, (c // CELLS) * CELL
+        objs.append((rng.choice(list(COLOURS)), rng.choice(SHAPES), rng.randint(cx + r + 1, cx + CELL - r - 2),
+                     rng.randint(cy + r + 1, cy + CELL - r - 2), r))
     return Scene(objs)
 
 
@@ -143,7 +152,7 @@ def write_split(out_dir: Path, name: str, scenes: list[Scene]) -> Path:
             render(s).save(p, optimize=True)
             f.write(json.dumps({"image": str(p.relative_to(HERE.parent)), "problem": QUESTION,
                                 "solution": f"<answer>{len(s.objects)}</answer>", "count": len(s.objects),
-                                "colours": [c for c, *_ in sorted(s.objects, key=lambda o: o[2])]}) + "\n")
+                                "colours": [c for c, *_ in s.in_reading_order()]}) + "\n")
     return jsonl
 
 

@@ -257,3 +257,16 @@ def test_trainer_writes_image_references_and_a_loadable_checkpoint(tmp_path: Pat
     ckpt = run.latest_checkpoint() / "model"
     assert (ckpt / "preprocessor_config.json").is_file()  # the checkpoint is a model directory that takes images
     assert check_spec(load_spec(PRESET, [f"model.name_or_path={ckpt}"]), ROOT) == []
+
+
+def test_rollout_shards_carry_their_rows_images() -> None:
+    from backend.train.batch import Rollout
+    from backend.train.dist import join_rollouts, shard_rollout
+
+    B = 4
+    z = torch.zeros((B, 2), dtype=torch.long)
+    media = [{"pixel_values": torch.full((1, 3), float(i)), "image_grid_thw": torch.tensor([[1, 2, 2]])} for i in range(B)]
+    ro = Rollout(1, 0, z, z, z, z, z, None, torch.zeros(B), {}, [], media=media)
+    shards = [shard_rollout(ro, r, 2, keep_samples=r == 0) for r in range(2)]
+    assert [float(m["pixel_values"][0, 0]) for m in shards[1].media] == [2.0, 3.0]
+    assert join_rollouts(shards).media == media

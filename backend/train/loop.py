@@ -11,6 +11,7 @@ logprobs corrects for that one step of staleness. Everything a watcher needs goe
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -34,7 +35,7 @@ from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams, der
 from backend.rollout.hf import HFEngine, left_pad
 from backend.rundir import RunDir
 from backend.spec import RunSpec
-from backend.train import grpo
+from backend.train import dist, grpo
 from backend.train.batch import PendingRollout, Prompt, Rollout, ScoredGroup
 from backend.train.builders import (
     build_engine,
@@ -49,6 +50,8 @@ from backend.train.signals import STOP
 from backend.train.sinks import make_sinks
 from backend.train.telemetry import Telemetry
 
+ENTROPY_STATE = "entropy_control.json"
+
 
 class StopRequested(Exception):
     pass
@@ -56,11 +59,12 @@ class StopRequested(Exception):
 
 class GRPOTrainer:
     def __init__(self, spec: RunSpec, run: RunDir, base_dir: Path, resume: bool = False):
-        self.spec, self.run, self.base_dir = spec, run, base_dir
+        self.ranks = dist.setup(spec)  # one rank: every hook of it is the identity (backend/train/dist.py)
+        self.spec, self.run, self.base_dir = spec, self.ranks.run_view(run), base_dir
         a = spec.algorithm
         if spec.resources.num_threads:
             torch.set_num_threads(spec.resources.num_threads)
-        self.device = resolve_device(spec)
+        self.device = self.ranks.device or resolve_device(spec)
         _seed_everything(a.seed)
 
         ckpt = run.latest_checkpoint() if resume else None
@@ -68,11 +72,14 @@ class GRPOTrainer:
         # images: prompts go through the model's image processor too (backend.multimodal)
         self.vision = load_vision_processor(spec, base_dir, self.tokenizer) if spec.data.images_column else None
         self.policy = build_policy(spec, base_dir, self.device, ckpt)
-        self.reference = build_reference(spec, base_dir, self.device, self.policy)
+        self.reference = self.ranks.wrap_reference(spec, build_reference(spec, base_dir, self.device, self.policy))
         self.optimizer = build_optimizer(spec, self.policy)
         self.scheduler = build_scheduler(spec, self.optimizer)
         self.autocast_dtype = compute_dtype(spec)  # bf16 compute over fp32 master weights, or None
-        self.engine: RolloutEngine = build_engine(spec, self.policy, self.tokenizer, self.autocast_dtype)
+        engine_model = self.ranks.engine_model(self.policy)  # rank 0 samples; under ZeRO-3 with a full copy
+        self.engine: RolloutEngine | None = None if engine_model is None else \
+            build_engine(spec, engine_model, self.tokenizer, self.autocast_dtype)
+        self.ranks.wrap(spec, self.policy, self.optimizer, base_dir)  # DeepSpeed ZeRO (stage >= 1)
         self.scorer = RewardScorer(spec.rewards, base_dir=base_dir, device=str(self.device))
         self.weights = torch.tensor(self.scorer.weights)
 
@@ -86,15 +93,17 @@ class GRPOTrainer:
         self.pending: PendingRollout | None = None
         self.stop_at_step: int | None = None  # stop (with a checkpoint) once this step is done, as on SIGTERM
         self.on_step: Callable[[GRPOTrainer, dict[str, Any]], None] | None = None  # after each step is logged
+        self.entropy_control = grpo.EntropyControl(a.entropy_coef, a.use_adaptive_entropy, a.entropy_target,
+                                                   a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max)
         self.telemetry = Telemetry()
-        self.sinks = make_sinks(spec.output.report_to, run.path, spec.model_dump(mode="json"))
+        self.sinks = make_sinks(spec.output.report_to if self.ranks.is_main else [], run.path, spec.model_dump(mode="json"))
         self.started = time.time()
         self.elapsed_before = 0.0
         self.resumed_in_flight = None  # async: the rollout that was being sampled when the checkpoint was taken
         self.unscored: dict[str, tuple[int, int]] = {}  # reward name -> (first rollout, batches) scored all None
         if ckpt is not None:
             self._load_state(ckpt)
-        run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
+        self.run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
 
     # ------------------------------------------------------------------ rollout
 
@@ -231,7 +240,9 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ loss
 
-    def _logps(self, model, ro: Rollout, sl: slice, want_entropy: bool = False):
+    def _logps(self, model, ro: Rollout, sl: slice, want_entropy: bool = False, entropy_grad: bool = False):
+        """Per-token logprobs of the completions (B, T) and, when wanted, per-token entropies (B, T), with a
+        gradient only when the loss has an entropy bonus."""
         d = self.device
         p_ids, p_mask = ro.prompt_ids[sl].to(d), ro.prompt_mask[sl].to(d)
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
@@ -243,8 +254,8 @@ class GRPOTrainer:
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
         if want_entropy:
-            with torch.no_grad():
-                ent = grpo.masked_mean(grpo.token_entropy(logits), c_mask.float())
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                ent = grpo.token_entropy(logits)
         return logps, ent
 
     @torch.no_grad()
@@ -275,34 +286,43 @@ class GRPOTrainer:
         B = ro.completion_ids.shape[0]
         ga = a.gradient_accumulation_steps
         mb = B // ga
-        total_tokens = float(ro.loss_mask.sum())
-        acc = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
-               "clip_ratio/region_mean": 0.0}
+        total_tokens, total_seqs = self.ranks.global_counts(ro.loss_mask)  # whole step, all ranks
+        acc: dict[str, float] = {"loss": 0.0, "kl": 0.0, "entropy": 0.0}
+        control = self.entropy_control
+        coef = control.apply()  # the same coefficient for every micro-batch of the step, as TRL
+        ent_sum = ent_tokens = 0.0
         for i in range(0, B, mb):
             sl = slice(i, i + mb)
-            logps, ent = self._logps(self.policy, ro, sl, want_entropy=True)
+            logps, ent = self._logps(self.policy, ro, sl, want_entropy=True, entropy_grad=control.enabled)
             old = ro.old_logps[sl].to(self.device) if ro.old_logps is not None else logps.detach()
             ref = ro.ref_logps[sl].to(self.device) if ro.ref_logps is not None else None
+            samp = ro.sampling_logps[sl].to(self.device) if ro.sampling_logps is not None else None
             out = grpo.policy_loss(
                 logps, old, ro.advantages[sl].to(self.device), ro.loss_mask[sl].to(self.device),
                 loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
                 is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
-                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B)
-            out.loss.backward()
+                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens,
+                global_num_seqs=total_seqs, delta=a.delta or None, sapo_temperature_pos=a.sapo_temperature_pos,
+                sapo_temperature_neg=a.sapo_temperature_neg, use_bias_correction_kl=a.use_bias_correction_kl,
+                off_policy_mask_threshold=a.off_policy_mask_threshold or None, sampling_logps=samp,
+                top_entropy_quantile=a.top_entropy_quantile, entropies=ent, entropy_coef=coef)
+            self.ranks.backward(out.loss)
             acc["loss"] += out.loss.item()
-            for k, v in (("kl", out.kl), ("entropy", ent), ("clip_ratio/low_mean", out.clip_low),
-                         ("clip_ratio/high_mean", out.clip_high), ("clip_ratio/region_mean", out.clip_region)):
-                acc[k] += float(v) / ga
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm if a.max_grad_norm > 0 else math.inf)
-        acc["grad_norm"] = float(grad_norm)
+            acc["kl"] += float(out.kl) / ga
+            acc["entropy"] += float(grpo.masked_mean(ent.detach(), ro.completion_mask[sl].to(self.device).float())) / ga
+            for k, v in out.metrics.items():
+                acc[k] = acc.get(k, 0.0) + v / ga
+            ent_sum += out.entropy_sum
+            ent_tokens += out.entropy_tokens
+        if control.enabled:
+            control.update(*self.ranks.sum(ent_sum, ent_tokens))  # every rank keeps the same coefficient
+            acc["entropy_coef"] = control.coef  # after this step's update, as TRL logs it
         acc["learning_rate"] = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
+        acc["grad_norm"] = self.ranks.step(self.policy, self.optimizer, a.max_grad_norm)  # reduce, clip, update
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         if a.beta == 0:
             acc.pop("kl")
-        return acc
+        return self.ranks.reduce_metrics(acc)
 
     # ------------------------------------------------------------------ weights, eval, checkpoints
 
@@ -316,7 +336,7 @@ class GRPOTrainer:
         if self.engine_shares_policy:
             return 0.0
         t0 = time.time()
-        self.engine.update_weights(self.policy.named_parameters())
+        self.ranks.push_weights(self.engine, self.policy)  # ZeRO-3: gathered in buckets, all ranks take part
         return time.time() - t0
 
     @torch.no_grad()
@@ -324,7 +344,7 @@ class GRPOTrainer:
         """Greedy eval of the current policy (an async engine holds the previous version and is busy)."""
         prompts = [(p.text, p.ids, p.media) for p in (self._prompt(i, self.eval_rows, "eval")
                                                      for i in range(len(self.eval_rows)))]
-        engine = self.engine if self.engine_shares_policy else \
+        engine = self.engine if self.engine_shares_policy or self.ranks.params_sharded else \
             HFEngine(self.policy, self.tokenizer, autocast_dtype=self.autocast_dtype)
         return greedy_eval(engine, self.tokenizer, self.eval_rows, self.spec.data, self.scorer,
                            self.spec.rollout.max_completion_length, prompts)
@@ -332,7 +352,7 @@ class GRPOTrainer:
     def maybe_evaluate(self) -> dict[str, float]:
         """Greedy eval on eval steps (also kept in eval/during_training.jsonl); {} otherwise."""
         every = self.spec.output.eval_steps
-        if not every or self.step % every:
+        if not every or self.step % every or not self.ranks.is_main:
             return {}
         ev = self.evaluate()
         self.run.eval_dir.mkdir(exist_ok=True)
@@ -345,17 +365,26 @@ class GRPOTrainer:
         ckpt = self.run.checkpoints_dir / f"step-{self.step}"
         if (ckpt / "COMPLETE").exists():
             return ckpt
+        # full states, gathered from the ranks (all take part); rank 0 writes them in the one-rank format
+        weights = self.ranks.model_state(self.policy)
+        optimizer = self.ranks.optimizer_state(self.policy, self.optimizer)
+        pending = self.ranks.gather_pending(self.pending)
+        if not self.ranks.is_main:
+            return ckpt
         final, ckpt = ckpt, self.run.checkpoints_dir / f".step-{self.step}.tmp"
         shutil.rmtree(ckpt, ignore_errors=True)
         ckpt.mkdir(parents=True)
-        self.policy.save_pretrained(ckpt / "model", safe_serialization=True)
+        self.policy.save_pretrained(ckpt / "model", safe_serialization=True, state_dict=weights)
         self.tokenizer.save_pretrained(ckpt / "model")
         if self.vision is not None:  # a checkpoint is a loadable model directory, image processor included
             self.vision.image_processor.save_pretrained(ckpt / "model")
         save_trainer_state(ckpt / "trainer_state.pt", step=self.step, rollouts_done=self.rollouts_done,
-                           sampler=self.sampler.state_dict(), optimizer=self.optimizer.state_dict(),
-                           scheduler=self.scheduler.state_dict(), pending=self.pending, in_flight=in_flight,
+                           sampler=self.sampler.state_dict(), optimizer=optimizer,
+                           scheduler=self.scheduler.state_dict(), pending=pending, in_flight=in_flight,
                            elapsed_s=self.elapsed())
+        if self.entropy_control.adaptive:  # the controller's state, as TRL's entropy_ctrl_state.json
+            (ckpt / ENTROPY_STATE).write_text(json.dumps({"entropy_coef": self.entropy_control.coef,
+                                                          "last_entropy": self.entropy_control.last_entropy}))
         (ckpt / "COMPLETE").write_text(str(self.step))
         shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed save
         os.replace(ckpt, final)
@@ -370,11 +399,14 @@ class GRPOTrainer:
         state = load_trainer_state(ckpt / "trainer_state.pt")  # tensors and plain data only, RNGs restored
         self.step, self.rollouts_done = state.step, state.rollouts_done
         self.sampler.load_state_dict(state.sampler)
-        self.optimizer.load_state_dict(state.optimizer)
+        self.ranks.load_optimizer_state(self.policy, self.optimizer, state.optimizer)
         self.scheduler.load_state_dict(state.scheduler)
-        self.pending = state.pending
+        self.pending = self.ranks.shard_pending(state.pending)
         self.resumed_in_flight = state.in_flight
         self.elapsed_before = state.elapsed_s
+        if self.entropy_control.adaptive and (ckpt / ENTROPY_STATE).is_file():
+            saved = json.loads((ckpt / ENTROPY_STATE).read_text())
+            self.entropy_control.coef, self.entropy_control.last_entropy = saved["entropy_coef"], saved["last_entropy"]
         self.sync_weights()
 
     def elapsed(self) -> float:
@@ -408,7 +440,8 @@ class GRPOTrainer:
                               error="")
         print(f"training {a.max_steps} steps on {self.device}: {len(self.rows)} prompts, "
               f"{self.spec.completions_per_step} completions per step", flush=True)
-        pool = ThreadPoolExecutor(max_workers=1) if self.spec.rollout.async_generation else None
+        is_async, main = self.spec.rollout.async_generation, self.ranks.is_main
+        pool = ThreadPoolExecutor(max_workers=1) if is_async and main else None  # rank 0 samples
         in_flight: Future[Rollout] | None = None
         if pool is not None and self.resumed_in_flight is not None:
             in_flight = Future()
@@ -421,23 +454,27 @@ class GRPOTrainer:
 
         def next_rollout() -> Rollout:
             nonlocal in_flight
-            if pool is None:
+            if not is_async:
                 self.rollouts_done += 1
-                return self.make_rollout(self.rollouts_done, self.step)
-            if in_flight is None:
-                self.rollouts_done += 1
-                in_flight = pool.submit(self.make_rollout, self.rollouts_done, self.step)
-            ro = in_flight.result()
-            in_flight = None
+                return self.ranks.scatter_rollout(self.make_rollout(self.rollouts_done, self.step) if main else None)
+            ro = None
+            if pool is not None:
+                if in_flight is None:
+                    self.rollouts_done += 1
+                    in_flight = pool.submit(self.make_rollout, self.rollouts_done, self.step)
+                ro = in_flight.result()
+                in_flight = None
             # weights must not change under a running generation: load them now, then start the next one
-            ro.timings["weight_sync_s"] = self.sync_weights()
-            if self.step + a.num_iterations < a.max_steps:
+            t_sync = self.sync_weights()
+            if pool is not None and self.step + a.num_iterations < a.max_steps:
                 self.rollouts_done += 1
                 in_flight = pool.submit(self.make_rollout, self.rollouts_done, self.step)
+            ro = self.ranks.scatter_rollout(ro)  # each rank keeps its shard of whole groups
+            ro.timings["weight_sync_s"] = t_sync
             return ro
 
         try:
-            if STOP.is_set():  # asked to stop while loading
+            if self.ranks.any(STOP.is_set()):  # asked to stop while loading
                 raise StopRequested
             while self.step < a.max_steps:
                 t_step = time.time()
@@ -455,7 +492,7 @@ class GRPOTrainer:
                     train = self.optimizer_step(ro)
                     self.step += 1
                     self.pending = PendingRollout(ro, it + 1) if it + 1 < a.num_iterations else None
-                    t_sync = 0.0 if pool is not None else self.sync_weights()
+                    t_sync = 0.0 if is_async else self.sync_weights()
                     first = it == 0  # the rollout's own timings belong to its first update only
                     timing = {
                         "timing/rollout_s": ro.timings.get("rollout_s", 0.0) if first else 0.0,
@@ -476,7 +513,7 @@ class GRPOTrainer:
                         checkpoint()
                     if self.on_step is not None:
                         self.on_step(self, row)
-                    if STOP.is_set() or self.step == self.stop_at_step:
+                    if self.ranks.any(STOP.is_set()) or self.step == self.stop_at_step:
                         raise StopRequested
                     t_step = time.time()
             checkpoint()
