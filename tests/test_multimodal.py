@@ -5,7 +5,10 @@
 - the training forward (plain and shared-prompt) gives the rollout engine's logprobs for the same weights,
   and both agree with transformers' own M-RoPE forward (the reference implementation);
 - bad media (missing file, unreadable image, wrong type, remote URL) is refused by check_spec, naming
-  row and column, before anything trains.
+  row and column, before anything trains;
+- the trainer records image references in samples.jsonl, saves checkpoints that take images, shards
+  images with their rows, and its GRPO update moves image-prompt logprobs with the advantage;
+- the studio shows images (dataset preview, samples browser), only from inside the workspace.
 """
 
 from __future__ import annotations
@@ -270,3 +273,32 @@ def test_rollout_shards_carry_their_rows_images() -> None:
     shards = [shard_rollout(ro, r, 2, keep_samples=r == 0) for r in range(2)]
     assert [float(m["pixel_values"][0, 0]) for m in shards[1].media] == [2.0, 3.0]
     assert join_rollouts(shards).media == media
+
+
+def test_grpo_update_on_image_prompts_moves_logprobs_with_the_advantage(tmp_path: Path) -> None:
+    """In the real trainer: the engine's sampling logprobs equal the training forward's, and a few updates
+    raise the completions with positive advantage and lower those with negative advantage."""
+    from backend.launcher import create_run
+    from backend.train.loop import GRPOTrainer
+
+    spec = load_spec(PRESET, [f"output.runs_dir={tmp_path}", "algorithm.prompts_per_step=4", "output.eval_steps=0",
+                              "output.save_steps=0", "data.eval_sources=[]", "algorithm.learning_rate=1e-4"])
+    tr = GRPOTrainer(spec, create_run(spec, ROOT), ROOT)
+    ro = tr.make_rollout(1, 0)
+    assert ro.media is not None and len(ro.media) == ro.completion_ids.shape[0]
+    tr._prepare_logps(ro)
+
+    def seq_logps() -> torch.Tensor:
+        tr.policy.eval()
+        with torch.no_grad():
+            lp, _ = tr._logps(tr.policy, ro, slice(0, ro.completion_ids.shape[0]))
+        tr.policy.train()
+        return (lp * ro.completion_mask).sum(-1)
+
+    before = seq_logps()
+    torch.testing.assert_close(before, (ro.sampling_logps * ro.completion_mask).sum(-1), rtol=1e-4, atol=1e-4)
+    for _ in range(3):
+        tr.optimizer_step(ro)
+    moved = seq_logps() - before
+    assert (ro.advantages > 0).any() and (ro.advantages < 0).any()
+    assert moved[ro.advantages > 0].mean() > 0.02 and moved[ro.advantages < 0].mean() < -0.02
