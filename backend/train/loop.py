@@ -84,6 +84,8 @@ class GRPOTrainer:
         self.stop_at_step: int | None = None  # stop (with a checkpoint) once this step is done, as on SIGTERM
         self.on_step: Callable[[GRPOTrainer, dict[str, Any]], None] | None = None  # after each step is logged
         self.telemetry = Telemetry()
+        self.skip_zero_advantage = True  # leave all-zero-advantage groups out of the loss pass where exact
+        self.last_timings: dict[str, float] = {}  # the last optimizer_step's forward+backward and optimizer seconds
         self.sinks = make_sinks(spec.output.report_to, run.path, spec.model_dump(mode="json"))
         self.started = time.time()
         self.elapsed_before = 0.0
@@ -206,7 +208,7 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ loss
 
-    def _logps(self, model, ro: Rollout, sl: slice, want_entropy: bool = False):
+    def _logps(self, model, ro: Rollout, sl: slice | torch.Tensor, want_entropy: bool = False):
         d = self.device
         p_ids, p_mask = ro.prompt_ids[sl].to(d), ro.prompt_mask[sl].to(d)
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
@@ -231,6 +233,11 @@ class GRPOTrainer:
             if ro.sampling_logps is None:
                 raise RuntimeError(f"async generation needs per-token logprobs from the {r.engine} engine")
             ro.old_logps = ro.sampling_logps  # the engine's weights were the sampling policy
+        elif a.num_iterations > 1 and ro.sampling_logps is not None and self.engine_shares_policy \
+                and self.autocast_dtype is None:
+            # the sync engine sampled with these very weights in float32 and its logprobs equal a forward pass
+            # (tests/test_engine_hf.py): a second forward would recompute the same numbers
+            ro.old_logps = ro.sampling_logps
         elif a.num_iterations > 1:
             self.policy.eval()
             ro.old_logps = torch.cat([self._logps(self.policy, ro, slice(i, i + mb))[0].cpu() for i in range(0, B, mb)])
@@ -245,37 +252,62 @@ class GRPOTrainer:
                                               for i in range(0, B, mb)])
 
     def optimizer_step(self, ro: Rollout) -> dict[str, float]:
+        """One optimizer step over the rollout (micro-batches accumulate). Metrics are summed as tensors and read
+        back once at the end: one host sync per step, not several per micro-batch (each stalls a GPU queue).
+
+        Groups whose advantages are all zero are left out of the forward and backward when that is exact (see
+        `zero_advantage_skippable`): their loss and gradient are exactly zero. Entropy is then the mean over
+        the completions that trained; the clip ratios stay over all tokens (skipped tokens never clip)."""
         a, r = self.spec.algorithm, self.spec.rollout
-        B = ro.completion_ids.shape[0]
+        B, G = ro.completion_ids.shape[0], r.num_generations
         ga = a.gradient_accumulation_steps
         mb = B // ga
         total_tokens = float(ro.loss_mask.sum())
-        acc = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
-               "clip_ratio/region_mean": 0.0}
+        skip = self.skip_zero_advantage and zero_advantage_skippable(a.loss_type, a.beta) and mb % G == 0
+        t0 = time.time()
+        sums: list[torch.Tensor] = []
+        ents: list[torch.Tensor] = []
         for i in range(0, B, mb):
             sl = slice(i, i + mb)
-            logps, ent = self._logps(self.policy, ro, sl, want_entropy=True)
-            old = ro.old_logps[sl].to(self.device) if ro.old_logps is not None else logps.detach()
-            ref = ro.ref_logps[sl].to(self.device) if ro.ref_logps is not None else None
+            rows = live_groups(ro.advantages, sl, G) if skip else sl
+            if rows is None:
+                continue
+            logps, ent = self._logps(self.policy, ro, rows, want_entropy=True)
+            mask = ro.loss_mask[rows].to(self.device)
+            old = ro.old_logps[rows].to(self.device) if ro.old_logps is not None else logps.detach()
+            ref = ro.ref_logps[rows].to(self.device) if ro.ref_logps is not None else None
             out = grpo.policy_loss(
-                logps, old, ro.advantages[sl].to(self.device), ro.loss_mask[sl].to(self.device),
+                logps, old, ro.advantages[rows].to(self.device), mask,
                 loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
                 is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
                 max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B)
             out.loss.backward()
-            acc["loss"] += out.loss.item()
-            for k, v in (("kl", out.kl), ("entropy", ent), ("clip_ratio/low_mean", out.clip_low),
-                         ("clip_ratio/high_mean", out.clip_high), ("clip_ratio/region_mean", out.clip_region)):
-                acc[k] += float(v) / ga
+            # clip ratios are token means over the micro-batch: skipped tokens count in the denominator as non-clipped
+            share = mask.sum().float() / ro.loss_mask[sl].sum().clamp(min=1).to(self.device) / ga
+            sums.append(torch.stack([out.loss.detach().float(), out.kl.detach().float().reshape(()).to(self.device) / ga,
+                                     *(v.detach().float() * share for v in (out.clip_low, out.clip_high,
+                                                                            out.clip_region))]))
+            ents.append(ent.float())
+        if not sums:  # nothing trained: zero gradients, so AdamW still steps (momentum, weight decay) as it would
+            for p in self.policy.parameters():
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+        t1 = time.time()
         params = [p for p in self.policy.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm if a.max_grad_norm > 0 else math.inf)
-        acc["grad_norm"] = float(grad_norm)
-        acc["learning_rate"] = self.scheduler.get_last_lr()[0]
+        lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        totals = torch.stack(sums).sum(0) if sums else torch.zeros(5, device=self.device)
+        entropy = torch.stack(ents).mean().reshape(1) if ents else torch.full((1,), math.nan, device=self.device)
+        values = torch.cat([totals, entropy, grad_norm.detach().float().reshape(1)]).tolist()
+        acc = dict(zip(("loss", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "entropy",
+                        "grad_norm"), values))
+        acc["learning_rate"] = lr
         if a.beta == 0:
             acc.pop("kl")
+        self.last_timings = {"forward_backward_s": t1 - t0, "optimizer_s": time.time() - t1}
         return acc
 
     # ------------------------------------------------------------------ weights, eval, checkpoints
@@ -428,10 +460,13 @@ class GRPOTrainer:
                     self.pending = PendingRollout(ro, it + 1) if it + 1 < a.num_iterations else None
                     t_sync = 0.0 if pool is not None else self.sync_weights()
                     first = it == 0  # the rollout's own timings belong to its first update only
+                    prep = ro.timings.get("prep_s", 0.0) if first else 0.0  # old/ref logprob passes
                     timing = {
                         "timing/rollout_s": ro.timings.get("rollout_s", 0.0) if first else 0.0,
                         "timing/reward_s": ro.timings.get("reward_s", 0.0) if first else 0.0,
-                        "timing/train_s": time.time() - t_train + (ro.timings.get("prep_s", 0.0) if first else 0.0),
+                        "timing/train_s": time.time() - t_train + prep,
+                        "timing/forward_backward_s": self.last_timings.get("forward_backward_s", 0.0) + prep,
+                        "timing/optimizer_s": self.last_timings.get("optimizer_s", 0.0),
                         "timing/weight_sync_s": t_sync + (ro.timings.get("weight_sync_s", 0.0) if first else 0.0),
                         "timing/step_s": time.time() - t_step,
                     }
@@ -466,6 +501,29 @@ class GRPOTrainer:
         # written last, once nothing of this process is still working (a resume may start right after)
         self.run.write_status(state=final, step=self.step, eta_s=0.0, elapsed_s=self.elapsed())
         return final
+
+
+def zero_advantage_skippable(loss_type: str, beta: float) -> bool:
+    """Whether completions with zero advantage may be left out of the loss pass without changing it.
+
+    Their clipped-surrogate term is exactly zero (-min(r * 0, clip(r) * 0)) and so is its gradient. Leaving
+    them out is exact when nothing else depends on them: no KL term (beta = 0) and a normalisation that
+    counts the step's sequences or tokens globally (grpo, dr_grpo, dapo), not per micro-batch (bnpo).
+    Other objectives are not skipped until shown to be zero at zero advantage."""
+    return beta == 0.0 and loss_type in ("grpo", "dr_grpo", "dapo")
+
+
+def live_groups(advantages: torch.Tensor, rows: slice, group_size: int) -> slice | torch.Tensor | None:
+    """The rows of `rows` (group-aligned) in groups with some non-zero advantage: the slice itself when
+    every group is live, an index tensor of whole groups when some are not, None when none is."""
+    live = (advantages[rows].view(-1, group_size) != 0).any(dim=1)
+    if bool(live.all()):
+        return rows
+    if not bool(live.any()):
+        return None
+    start = rows.start or 0
+    groups = live.nonzero().squeeze(1)
+    return (start + groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)
 
 
 def _seed_everything(seed: int) -> None:
