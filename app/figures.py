@@ -358,9 +358,14 @@ def dashboard_series(table: MetricTable) -> dict[str, list[Series]]:
         "lengths": [Series("completions/mean_length", "mean"), Series("completions/min_length", "min", dash="dot"),
                     Series("completions/max_length", "max", dash="dot"),
                     Series("completions/clipped_ratio", "clipped ratio", secondary=True)],
-        "policy": [Series("kl"), Series("entropy"), Series("clip_ratio/low_mean", "clip low", secondary=True),
+        # each objective's own diagnostics: a series is drawn only when the run logs it
+        "policy": [Series("kl"), Series("entropy"), Series("entropy_coef", "entropy coef", dash="dot"),
+                   Series("clip_ratio/low_mean", "clip low", secondary=True),
                    Series("clip_ratio/high_mean", "clip high", secondary=True),
-                   Series("clip_ratio/region_mean", "clip region", secondary=True)],
+                   Series("clip_ratio/region_mean", "clip region", secondary=True),
+                   Series("cispo_clip_ratio", "cispo clip", secondary=True),
+                   Series("off_policy_mask/masked_ratio", "off-policy masked", secondary=True),
+                   Series("entropy_mask/masked_ratio", "low-entropy masked", secondary=True)],
         "optim": [Series("loss"), Series("grad_norm"), Series("learning_rate", "lr", secondary=True)],
         "throughput": [Series("throughput/completion_tokens_per_s", "completion tokens/s"),
                        Series("staleness", secondary=True)],
@@ -374,7 +379,7 @@ def dashboard_series(table: MetricTable) -> dict[str, list[Series]]:
 
 
 CHART_IDS = ("reward", "reward_spread", "lengths", "policy", "optim", "timing", "throughput", "telemetry", "eval")
-_Y2 = {"reward_spread": "frac zero std", "lengths": "clipped", "policy": "clip ratio", "optim": "lr",
+_Y2 = {"reward_spread": "frac zero std", "lengths": "clipped", "policy": "clipped / masked", "optim": "lr",
        "throughput": "staleness", "telemetry": "%"}
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ class RunInfo:
     error: str
     step_s: float | None
     eta_s: float | None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def active(self) -> bool:
@@ -77,6 +78,7 @@ def run_info(run: RunDir) -> RunInfo:
         step=int(st.get("step") or 0), total_steps=int(st.get("total_steps") or 0), reward=_num(st.get("reward")),
         started_at=_num(st.get("started_at")), updated_at=_num(st.get("updated_at")),
         error=str(st.get("error") or ""), step_s=_num(st.get("step_s")), eta_s=_num(st.get("eta_s")),
+        warnings=[str(w) for w in st.get("warnings") or [] if w],
     )
 
 

@@ -22,7 +22,7 @@ from app.runlist import RUN_COLUMNS, RunInfo, find_run, format_duration, progres
 from app.samples_view import SampleFilter, render_step
 from app.session import SessionMemo
 from backend import launcher
-from backend.rundir import RunDir, process_alive
+from backend.rundir import ACTIVE_STATES, RunDir
 
 STATE_COLORS = {"running": "#16a34a", "starting": "#2563eb", "stopping": "#d97706", "stopped": "#6b7280",
                 "finished": "#0f766e", "failed": "#dc2626"}
@@ -55,6 +55,10 @@ def progress_html(info: RunInfo | None, tokens_per_s: float | None, lang: str) -
         bits.append(f"reward {info.reward:.3f}")
     out = (f'<div class="gs-progress" data-state="{html.escape(info.state)}"><div class="gs-bar"><div style="width:{p.fraction * 100:.1f}%;'
            f'background:{color}"></div></div><div class="gs-progress-text">{" · ".join(bits)}</div></div>')
+    if info.warnings:
+        items = "".join(f"<li>{html.escape(w)}</li>" for w in info.warnings)
+        out += (f'<div class="gs-warning" id="run-warnings"><b>⚠ {html.escape(t("run_warnings", lang))}</b>'
+                f'<ul>{items}</ul></div>')
     if info.state == "failed":
         err = info.error or "the trainer process exited without writing an error (see the log below)"
         out += (f'<div class="gs-failed" id="run-error"><b>⚠ {html.escape(t("run_failed", lang))}</b>'
@@ -311,8 +315,7 @@ class RunsTab:
         run = self._run(run_id)
         if run is None:
             return gr.update(visible=False), "⚠ " + t("delete_refused", lang, run=html.escape(str(run_id)))
-        st = run.read_status()
-        if st.get("state") in ("starting", "running", "stopping") and process_alive(st.get("pid"), st.get("pid_create_time")):
+        if run.state() in ACTIVE_STATES:  # state() reads a dead process's active state as failed
             return gr.update(visible=False), "⚠ " + t("delete_active", lang, run=run.run_id)
         root = self.config.runs_dir
         target = run.path.resolve()

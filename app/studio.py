@@ -43,6 +43,9 @@ CSS = SAMPLES_CSS + """
 .gs-failed { border: 2px solid #dc2626; background: rgba(220,38,38,.07); border-radius: 8px; padding: 8px 12px;
   margin-top: 8px; color: #991b1b; }
 .gs-failed pre { white-space: pre-wrap; margin: 4px 0 0; font-size: 12px; }
+.gs-warning { border: 2px solid #d97706; background: rgba(217,119,6,.07); border-radius: 8px; padding: 8px 12px;
+  margin-top: 8px; color: #92400e; }
+.gs-warning ul { margin: 4px 0 0 18px; font-size: 13px; }
 .gs-preview { border: 1px solid var(--border-color-primary, #e5e7eb); border-radius: 8px; padding: 6px 10px;
   margin: 6px 0; }
 .gs-preview-head { font-size: 12px; color: #6b7280; }

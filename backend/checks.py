@@ -25,7 +25,7 @@ from pathlib import Path
 from backend.data import SUPPORTED_DATA_SUFFIXES, is_hub_id, scan_source, split_source, template_columns
 from backend.rewards.plugins import plugin_reward_names
 from backend.rewards.registry import BUILTIN_REWARDS
-from backend.spec import RunSpec, SpecError, SpecIssue
+from backend.spec import CLIPPED_LOSS_TYPES, RunSpec, SpecError, SpecIssue
 
 # ----------------------------------------------------------------------------- the machine
 
@@ -83,13 +83,18 @@ def installed_engines() -> frozenset[str]:
 
 @lru_cache(maxsize=1)
 def hub_reachable() -> bool:
-    """Whether the model hub answers from here (offline mode and a failed connect both say no)."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+    """Whether the model hub (HF_ENDPOINT, mirrors included) accepts a connection from here; offline mode says no."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
         return False
     try:
-        with socket.create_connection(("huggingface.co", 443), timeout=1.5):
+        from urllib.parse import urlparse
+
+        from huggingface_hub import constants
+
+        url = urlparse(constants.ENDPOINT)
+        with socket.create_connection((url.hostname or "", url.port or (443 if url.scheme == "https" else 80)), timeout=1.5):
             return True
-    except OSError:
+    except (OSError, ImportError, ValueError):
         return False
 
 
@@ -268,6 +273,39 @@ def _check_split(spec: RunSpec, issues: list[SpecIssue]) -> None:
         issues.append(SpecIssue("resources.deepspeed_stage", "DeepSpeed needs GPUs; use stage 0 on cpu"))
 
 
+def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
+    """Options that only mean something with some loss types, and bounds that depend on other fields."""
+    a, defaults = spec.algorithm, type(spec.algorithm)()
+    if a.loss_type == "cispo" and a.epsilon_high < 1.0:
+        issues.append(SpecIssue("algorithm.epsilon_high", "loss_type cispo caps the importance weight at epsilon_high "
+                                                          "itself (not 1 + epsilon_high): set it >= 1 (ScaleRL: 5.0)"))
+    if a.loss_type == "luspo" and a.importance_sampling_level != "sequence":
+        issues.append(SpecIssue("algorithm.importance_sampling_level",
+                                "loss_type luspo is defined on sequence-level ratios: set importance_sampling_level "
+                                "to sequence"))
+    if a.delta:
+        if a.loss_type not in CLIPPED_LOSS_TYPES:
+            issues.append(SpecIssue("algorithm.delta", f"two-sided clipping applies to the clipped objectives "
+                                                       f"({', '.join(CLIPPED_LOSS_TYPES)}), not loss_type {a.loss_type}"))
+        elif a.delta <= 1 + a.upper_clip:
+            issues.append(SpecIssue("algorithm.delta", f"must exceed 1 + epsilon_high = {1 + a.upper_clip:g} "
+                                                       "(it caps only ratios above the clip range; INTELLECT-2 uses 4)"))
+    for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
+        if a.loss_type != "sapo" and getattr(a, name) != getattr(defaults, name):
+            issues.append(SpecIssue(f"algorithm.{name}", "only used by loss_type sapo"))
+    if a.use_adaptive_entropy:
+        if a.entropy_coef_min > a.entropy_coef_max:
+            issues.append(SpecIssue("algorithm.entropy_coef_min",
+                                    f"{a.entropy_coef_min} exceeds entropy_coef_max ({a.entropy_coef_max})"))
+    else:
+        for name in ("entropy_target", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta"):
+            if getattr(a, name) != getattr(defaults, name):
+                issues.append(SpecIssue(f"algorithm.{name}", "only used with use_adaptive_entropy"))
+    if spec.model.finetune == "lora" and spec.model.lora_dropout > 0 and a.disable_dropout:
+        issues.append(SpecIssue("model.lora_dropout", "has no effect while algorithm.disable_dropout is on: "
+                                                      "set one of them off"))
+
+
 def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
     """Cross-field, file and column checks that hold on any machine; [] means well formed."""
     base = Path(base_dir)
@@ -286,6 +324,7 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
         issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
     if not re.fullmatch(r"[\w.-]*", spec.output.run_name):
         issues.append(SpecIssue("output.run_name", "use letters, digits, '.', '-' and '_' only"))
+    _check_objective(spec, issues)
     _check_model(spec, base, issues)
     _check_data(spec, base, issues)
     _check_rewards(spec, base, issues)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -47,25 +49,93 @@ class DataError(ValueError):
     pass
 
 
+
+
+def iter_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    """Every row of a local source with where it is ('line 3' in JSONL, 'row 3' elsewhere, 1-based): the one
+    reader behind the preview (first rows) and the checks (all rows), streaming, without Arrow conversion.
+    Raises DataError naming the line for text that is not JSON or not UTF-8."""
+    if path.is_dir():
+        from datasets import Dataset, load_from_disk
+
+        ds = load_from_disk(str(path))
+        if not isinstance(ds, Dataset):
+            ds = ds["train"] if "train" in ds else next(iter(ds.values()))
+        for k, row in enumerate(ds, 1):
+            yield f"row {k}", row
+        return
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".jsonl":
+            with path.open(encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    if line.strip():
+                        try:
+                            yield f"line {lineno}", json.loads(line)
+                        except json.JSONDecodeError as err:
+                            raise DataError(f"line {lineno}: not valid JSON ({err.msg})") from None
+        elif suffix == ".json":
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as err:
+                raise DataError(f"line {err.lineno}: not valid JSON ({err.msg})") from None
+            rows = data if isinstance(data, list) else \
+                next((v for v in data.values() if isinstance(v, list)), None) if isinstance(data, dict) else None
+            if rows is None:
+                raise DataError("expected a list of rows (or an object holding one)")
+            for k, row in enumerate(rows, 1):
+                yield f"row {k}", row
+        elif suffix == ".csv":
+            import csv
+
+            with path.open(newline="", encoding="utf-8") as f:
+                for k, row in enumerate(csv.DictReader(f), 1):  # a short row leaves its last columns None
+                    yield f"row {k}", row
+        elif suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            k = 0
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+                for row in batch.to_pylist():
+                    k += 1
+                    yield f"row {k}", row
+        else:
+            raise DataError(f"unsupported format {suffix!r}")
+    except UnicodeDecodeError:
+        raise DataError("not UTF-8 text") from None
+
+
+def head_rows(path: Path, n: int = 5) -> list[dict[str, Any]]:
+    """The first n rows of a local source without reading all of it (the studio's preview)."""
+    return [row for _, row in itertools.islice(iter_rows(path), n)]
+
+
+def peek_columns(path: Path) -> set[str] | None:
+    """Column names from the first row, or None when it cannot be read cheaply."""
+    try:
+        rows = head_rows(path, 1)
+    except Exception:  # unreadable here; the checks report why
+        return None
+    return set(rows[0]) if rows and isinstance(rows[0], dict) else set()
+
+
 @dataclass(frozen=True)
 class SourceScan:
-    """What a full read of a local source found: its columns, where each needed column is first
-    missing ('line 3' in JSONL, 'row 3' elsewhere, 1-based), or why it cannot be read at all."""
+    """What a full read of a local source found: its columns (the first row's), where each needed column is
+    first missing or None, or why it cannot be read at all."""
 
     columns: frozenset[str] = frozenset()
     missing: dict[str, str] = field(default_factory=dict)
     error: str = ""
-
     first: str = ""  # where the first row is ('line 1', or 'line 4' after blank lines)
 
     def absent(self, column: str) -> bool:
-        """Missing from the first row, the header or the schema: the column is absent, not one row broken."""
-        where = self.missing.get(column)
-        return where is not None and (where == self.first or where.startswith("("))
+        """Missing from the first row: the column is absent, not one row broken."""
+        return self.missing.get(column) == self.first
 
 
 def scan_source(path: Path, needed: list[str]) -> SourceScan:
-    """Read a whole local source cheaply (no Arrow conversion) and check every row has the needed columns.
+    """Read a whole local source and check every row has the needed columns.
 
     Cached by path, size and mtime, so the studio's validation on every change does not re-read it."""
     try:
@@ -77,144 +147,25 @@ def scan_source(path: Path, needed: list[str]) -> SourceScan:
 
 @lru_cache(maxsize=64)
 def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...]) -> SourceScan:
-    path = Path(path_str)
     missing: dict[str, str] = {}
-
-    def visit(row: Any, where: str) -> str | None:
-        if not isinstance(row, dict):
-            return f"{where}: not an object with columns (got {type(row).__name__})"
-        for c in needed:
-            if c not in missing and row.get(c) is None:
-                missing[c] = where
-        return None
-
+    columns: frozenset[str] | None = None
+    first = ""
     try:
-        if path.is_dir():
-            from datasets import Dataset, load_from_disk
-
-            ds = load_from_disk(str(path))
-            if not isinstance(ds, Dataset):
-                ds = ds["train"] if "train" in ds else next(iter(ds.values()))
-            cols = set(ds.column_names)
-            missing.update({c: "(every row)" for c in needed if c not in cols})
-            return SourceScan(frozenset(cols), missing, first="row 1")
-        suffix = path.suffix.lower()
-        first: dict[str, Any] | None = None
-        first_at = ""
-        if suffix == ".jsonl":
-            n = 0
-            with path.open(encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as err:
-                        return SourceScan(error=f"line {lineno}: not valid JSON ({err.msg})")
-                    bad = visit(row, f"line {lineno}")
-                    if bad:
-                        return SourceScan(error=bad)
-                    if first is None:
-                        first, first_at = row, f"line {lineno}"
-                    n += 1
-            if n == 0:
-                return SourceScan(error="no rows")
-            return SourceScan(frozenset(first or {}), missing, first=first_at)
-        if suffix == ".json":
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as err:
-                return SourceScan(error=f"line {err.lineno}: not valid JSON ({err.msg})")
-            rows = data if isinstance(data, list) else next((v for v in data.values() if isinstance(v, list)), None) \
-                if isinstance(data, dict) else None
-            if rows is None:
-                return SourceScan(error="expected a list of rows (or an object holding one)")
-            if not rows:
-                return SourceScan(error="no rows")
-            for k, row in enumerate(rows, 1):
-                bad = visit(row, f"row {k}")
-                if bad:
-                    return SourceScan(error=bad)
-            return SourceScan(frozenset(rows[0]), missing, first="row 1")
-        if suffix == ".csv":
-            import csv
-
-            with path.open(newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f)
-                header = set(reader.fieldnames or [])
-                missing.update({c: "(header)" for c in needed if c not in header})
-                k = 0
-                for k, row in enumerate(reader, 1):
-                    visit(row, f"row {k}")  # a short row leaves its last columns None
-            if k == 0:
-                return SourceScan(error="no rows")
-            return SourceScan(frozenset(header), missing, first="row 1")
-        if suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(path)
-            cols = set(table.column_names)
+        for where, row in iter_rows(Path(path_str)):
+            if not isinstance(row, dict):
+                return SourceScan(error=f"{where}: not an object with columns (got {type(row).__name__})")
+            if columns is None:
+                columns, first = frozenset(row), where
             for c in needed:
-                if c not in cols:
-                    missing[c] = "(every row)"
-                elif table[c].null_count:
-                    import pyarrow.compute as pc
-
-                    first_null = pc.index(pc.is_null(table[c]), True).as_py()
-                    missing[c] = f"row {first_null + 1}"
-            if table.num_rows == 0:
-                return SourceScan(error="no rows")
-            return SourceScan(frozenset(cols), missing, first="row 1")
-    except UnicodeDecodeError:
-        return SourceScan(error="not UTF-8 text")
+                if c not in missing and row.get(c) is None:
+                    missing[c] = where
+    except DataError as err:
+        return SourceScan(error=str(err))
     except Exception as err:  # a corrupt Parquet file, an unreadable directory...
         return SourceScan(error=f"cannot read: {type(err).__name__}: {err}")
-    return SourceScan(error=f"unsupported format {path.suffix!r}")
-
-
-def head_rows(path: Path, n: int = 5) -> list[dict[str, Any]]:
-    """The first n rows of a local source without reading all of it (the studio's preview)."""
-    if path.is_dir():
-        from datasets import Dataset, load_from_disk
-
-        ds = load_from_disk(str(path))
-        if not isinstance(ds, Dataset):
-            ds = ds["train"] if "train" in ds else next(iter(ds.values()))
-        return ds.select(range(min(n, len(ds)))).to_list()
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        out = []
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    out.append(json.loads(line))
-                    if len(out) >= n:
-                        break
-        return out
-    if suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        rows = data if isinstance(data, list) else next((v for v in data.values() if isinstance(v, list)), [])
-        return rows[:n]
-    if suffix == ".csv":
-        import csv
-
-        with path.open(newline="", encoding="utf-8") as f:
-            return [row for _, row in zip(range(n), csv.DictReader(f))]
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        batch = next(pq.ParquetFile(path).iter_batches(batch_size=n), None)
-        return batch.to_pylist() if batch is not None else []
-    raise DataError(f"unsupported format {suffix!r}")
-
-
-def peek_columns(path: Path) -> set[str] | None:
-    """Column names from the first row, or None when it cannot be read cheaply."""
-    try:
-        rows = head_rows(path, 1)
-    except Exception:  # unreadable here; the checks report why
-        return None
-    return set(rows[0]) if rows and isinstance(rows[0], dict) else set()
+    if columns is None:
+        return SourceScan(error="no rows")
+    return SourceScan(columns, missing, first=first)
 
 
 def load_source(ref: str, base_dir: Path, seed: int):

@@ -68,6 +68,12 @@ _SCHEDULERS = {"constant": "constant", "constant_with_warmup": "constant", "line
 _REPORT = {"tensorboard", "wandb", "swanlab"}
 
 
+def _off_if_none(v: Any) -> float:
+    """An optional number (None = off in TRL) as RunSpec's 0 = off."""
+    v = _first(v)
+    return 0.0 if v is None or str(v).strip().lower() in ("none", "null", "") else float(v)
+
+
 def _scale_rewards(v: Any) -> str:
     s = str(_first(v)).strip().lower()
     if s in ("group", "batch", "none"):
@@ -112,10 +118,26 @@ _COMMON: dict[str, tuple[str, Any]] = {
     "async_generate": ("rollout.async_generation", lambda v: _bool(_first(v))),
     "beta": ("algorithm.beta", _num),
     "epsilon": ("algorithm.epsilon", _num),
-    "epsilon_high": ("algorithm.epsilon_high", _num),
+    "epsilon_high": ("algorithm.epsilon_high", _off_if_none),  # None: the same as epsilon, 0 here
     "num_iterations": ("algorithm.num_iterations", _int),
     "loss_type": ("algorithm.loss_type", lambda v: str(_first(v)).lower()),
     "scale_rewards": ("algorithm.scale_rewards", _scale_rewards),
+    "delta": ("algorithm.delta", _off_if_none),
+    "sapo_temperature_pos": ("algorithm.sapo_temperature_pos", _num),
+    "sapo_temperature_neg": ("algorithm.sapo_temperature_neg", _num),
+    "tau_pos": ("algorithm.sapo_temperature_pos", _num),  # ms-swift's names for the SAPO temperatures
+    "tau_neg": ("algorithm.sapo_temperature_neg", _num),
+    "use_bias_correction_kl": ("algorithm.use_bias_correction_kl", lambda v: _bool(_first(v))),
+    "off_policy_mask_threshold": ("algorithm.off_policy_mask_threshold", _off_if_none),
+    "off_policy_sequence_mask_delta": ("algorithm.off_policy_mask_threshold", _off_if_none),  # ms-swift's name
+    "top_entropy_quantile": ("algorithm.top_entropy_quantile", _num),
+    "entropy_coef": ("algorithm.entropy_coef", _num),
+    "use_adaptive_entropy": ("algorithm.use_adaptive_entropy", lambda v: _bool(_first(v))),
+    "entropy_target": ("algorithm.entropy_target", _num),
+    "entropy_coef_min": ("algorithm.entropy_coef_min", _num),
+    "entropy_coef_max": ("algorithm.entropy_coef_max", _num),
+    "entropy_coef_delta": ("algorithm.entropy_coef_delta", _num),
+    "disable_dropout": ("algorithm.disable_dropout", lambda v: _bool(_first(v))),
     "importance_sampling_level": ("algorithm.importance_sampling_level", lambda v: str(_first(v)).lower()),
     "mask_truncated_completions": ("algorithm.mask_truncated_completions", lambda v: _bool(_first(v))),
     "overlong_filter": ("algorithm.mask_truncated_completions", lambda v: _bool(_first(v))),
@@ -136,6 +158,9 @@ _COMMON: dict[str, tuple[str, Any]] = {
 
 def _map_common(key: str, value: Any, res: ImportResult, shown: str) -> bool:
     """Map the options both tools share; True when handled (mapped or listed as unmapped)."""
+    if key in ("off_policy_mask_threshold", "off_policy_sequence_mask_delta") and str(_first(value)) in ("0", "0.0"):
+        res.unmapped.append(f"{shown} (a threshold of exactly 0 is 'off' here: use a small positive value)")
+        return True
     if key in _COMMON:
         path, conv = _COMMON[key]
         try:
@@ -212,6 +237,14 @@ def _finish_warmup(res: ImportResult, ratio: float | None) -> None:
         res.notes.append(f"warmup_ratio {ratio} x max_steps {steps} -> warmup_steps {res.values['algorithm.warmup_steps']}")
     else:
         res.unmapped.append(f"warmup_ratio {ratio} (no max_steps to convert it with: set algorithm.warmup_steps)")
+
+
+def _finish_dropout(res: ImportResult) -> None:
+    """TRL and ms-swift keep dropout unless told (disable_dropout defaults to False there, True here): a LoRA
+    dropout the config asks for is kept by turning disable_dropout off."""
+    if res.values.get("model.lora_dropout", 0) > 0 and "algorithm.disable_dropout" not in res.values:
+        res.values["algorithm.disable_dropout"] = False
+        res.notes.append("lora_dropout > 0 and no disable_dropout: dropout kept (algorithm.disable_dropout false)")
 
 
 def _rewards(names: list[str], weights: list[float] | None, res: ImportResult) -> None:
@@ -316,6 +349,7 @@ def import_swift(cmdline: str) -> ImportResult:
     if res.values.get("rollout.engine") == "vllm" and "rollout.placement" not in res.values:
         res.values["rollout.placement"] = "colocate"
     _rewards(reward_names, reward_weights, res)
+    _finish_dropout(res)
     _finish_batch(res, per_device, nproc, {})
     _finish_warmup(res, warmup_ratio)
     return res
@@ -378,6 +412,7 @@ def import_trl(text: str) -> ImportResult:
         res.values["rollout.placement"] = "colocate"  # TRL's default vllm_mode is server; colocate is the safe guess
         res.notes.append("use_vllm without vllm_mode: TRL defaults to server mode; mapped to colocate here")
     _rewards(reward_names, reward_weights, res)
+    _finish_dropout(res)
     _finish_batch(res, per_device, nproc, opts)
     _finish_warmup(res, warmup_ratio)
     if per_device is not None and nproc == 1:

@@ -22,6 +22,11 @@ def _adv(**extra: Any) -> dict[str, Any]:
     return {"advanced": True, **extra}
 
 
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"]
+# the loss types built on the PPO-style clipped surrogate: `delta` and the clip_ratio metrics apply to these
+CLIPPED_LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -116,20 +121,67 @@ class ResourcesSection(Section):
 
 
 class AlgorithmSection(Section):
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
-        "grpo", description="Loss aggregation: grpo = mean per sequence then over sequences; bnpo = mean over the "
-                            "micro-batch's tokens; dr_grpo = token sum / (sequences x max_completion_length); "
-                            "dapo = token mean over the whole accumulated batch.")
+    loss_type: LossType = Field(
+        "grpo", description="Objective and its aggregation: grpo = mean per sequence then over sequences; bnpo = mean "
+                            "over the micro-batch's tokens; dr_grpo = token sum / (sequences x max_completion_length); "
+                            "dapo = token mean over the whole accumulated batch; cispo = clipped, detached IS weight x "
+                            "advantage x logprob, token mean over the batch (MiniMax-M1; the cap is epsilon_high); "
+                            "sapo = soft sigmoid gate instead of the hard clip (SAPO); luspo = mean over sequences of "
+                            "each sequence's token sum, with importance_sampling_level sequence (LUSPO).")
     beta: float = Field(0.0, ge=0.0, le=100.0, description="KL coefficient to the reference model (0 = no reference loaded).")
+    use_bias_correction_kl: bool = Field(
+        True, description="Multiply the k3 KL term by the importance ratio, the unbiased reverse-KL gradient "
+                          "(DeepSeek-V3.2); only matters with beta > 0.", json_schema_extra=_adv())
     epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range of the ratio: 1 - epsilon.")
     epsilon_high: float = Field(0.0, ge=0.0, le=10.0,
-                                description="Upper clip range: 1 + epsilon_high (0 = same as epsilon; DAPO uses 0.28).")
+                                description="Upper clip range: 1 + epsilon_high (0 = same as epsilon; DAPO uses 0.28). "
+                                            "With loss_type cispo it is the cap of the IS weight itself (ScaleRL: 5.0).")
+    delta: float = Field(0.0, ge=0.0, le=100.0,
+                         description="Two-sided clipping (INTELLECT-2): cap the unclipped ratio term at delta, so a "
+                                     "negative advantage cannot push a huge ratio further; > 1 + epsilon_high, e.g. 4 "
+                                     "(0 = off).", json_schema_extra=_adv())
+    sapo_temperature_pos: float = Field(1.0, gt=0.0, le=100.0,
+                                        description="SAPO gate temperature for tokens with positive advantage.",
+                                        json_schema_extra=_adv())
+    sapo_temperature_neg: float = Field(1.05, gt=0.0, le=100.0,
+                                        description="SAPO gate temperature for tokens with non-positive advantage "
+                                                    "(the paper: a little above the positive one).",
+                                        json_schema_extra=_adv())
     num_iterations: int = Field(1, ge=1, le=64, description="Optimizer steps per rollout batch (the paper's mu).")
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group", description="Divide advantages by the group's reward std, the batch's, or not at all (Dr. GRPO).")
     importance_sampling_level: Literal["token", "sequence"] = Field(
         "token", description="Ratio per token (GRPO) or one per sequence, the mean log-ratio (GSPO).")
     mask_truncated_completions: bool = Field(False, description="Exclude completions that hit max length from the loss.")
+    off_policy_mask_threshold: float = Field(
+        0.0, ge=0.0, le=100.0,
+        description="Off-policy sequence mask (DeepSeek-V3.2): leave out negative-advantage completions whose mean "
+                    "per-token log pi_sampling - log pi_theta exceeds this, against the engine's sampling logprobs "
+                    "where it gives them (else the old policy's), e.g. 0.5 (0 = off).", json_schema_extra=_adv())
+    top_entropy_quantile: float = Field(
+        1.0, ge=0.0, le=1.0, description="Train only on this top fraction of tokens by entropy, the 'forking' tokens "
+                                         "(Beyond the 80/20 rule: 0.2; 1 = all tokens).", json_schema_extra=_adv())
+    entropy_coef: float = Field(
+        0.0, ge=0.0, le=10.0, description="Entropy bonus: subtract coef x mean token entropy from the loss, the same "
+                                          "for every loss type (0 = off; the start value when adaptive).",
+        json_schema_extra=_adv())
+    use_adaptive_entropy: bool = Field(
+        False, description="Adaptive entropy control (Skywork-OR1): apply the bonus only while entropy is at or "
+                           "below entropy_target; raise the coefficient by entropy_coef_delta each step it is, "
+                           "lower it otherwise.", json_schema_extra=_adv())
+    entropy_target: float = Field(0.2, ge=0.0, le=100.0,
+                                  description="Target mean token entropy (nats) of adaptive entropy control; set it "
+                                              "near the entropy logged early in training.", json_schema_extra=_adv())
+    entropy_coef_min: float = Field(0.0, ge=0.0, le=10.0, description="Lower bound of the adaptive entropy coefficient.",
+                                    json_schema_extra=_adv())
+    entropy_coef_max: float = Field(1.0, ge=0.0, le=10.0, description="Upper bound of the adaptive entropy coefficient.",
+                                    json_schema_extra=_adv())
+    entropy_coef_delta: float = Field(0.005, ge=0.0, le=10.0,
+                                      description="Step of the adaptive entropy coefficient per optimizer step.",
+                                      json_schema_extra=_adv())
+    disable_dropout: bool = Field(
+        True, description="Turn dropout off in the policy and reference, so the ratio to the sampling policy is "
+                          "exactly 1 on the first update and the reference is deterministic.", json_schema_extra=_adv())
     dynamic_sampling: bool = Field(False, description="Drop groups whose rewards are all equal and sample more prompts (DAPO).")
     dynamic_sampling_max_retries: int = Field(3, ge=0, le=100, description="Extra sampling rounds to refill the batch.",
                                               json_schema_extra=_adv())

@@ -177,3 +177,19 @@ def test_timing_chart_splits_training_when_the_run_logs_the_split():
     assert names == ["rollout", "reward", "forward_backward", "optimizer", "weight_sync", "step"]
     names = [tr["name"] for tr in timing_figure(MetricTable(rows(5)), "t").data]  # an older run: train whole
     assert names == ["rollout", "reward", "train", "weight_sync", "step"]
+
+
+def test_policy_chart_draws_each_objectives_own_metrics():
+    base = rows(20)
+    cispo = [{k: v for k, v in r.items() if not k.startswith("clip_ratio/")}
+             | {"cispo_clip_ratio": 0.02, "entropy_coef": 0.01 + 0.001 * r["step"],
+                "off_policy_mask/masked_ratio": 0.1, "entropy_mask/masked_ratio": 0.8} for r in base]
+    names = [tr["name"] for tr in build_dashboard(MetricTable(cispo), {})["policy"].data]
+    assert names == ["entropy", "entropy coef", "cispo clip", "off-policy masked", "low-entropy masked"]
+    fig = build_dashboard(MetricTable(cispo), {})["policy"]
+    fig.to_go()
+    secondary = {tr["name"] for tr in fig.data if tr.get("yaxis") == "y2"}
+    assert secondary == {"cispo clip", "off-policy masked", "low-entropy masked"}  # fractions on the right axis
+    # a plain GRPO run keeps its chart as it was: no empty traces for metrics it does not log
+    names = [tr["name"] for tr in build_dashboard(MetricTable(base), {})["policy"].data]
+    assert names == ["entropy", "clip low", "clip high", "clip region"]

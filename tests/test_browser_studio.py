@@ -237,6 +237,24 @@ def test_import_and_checks(env):
     page.close()
 
 
+def test_bad_data_file_is_refused_under_the_field(env):
+    """A malformed data file is named, with its line, under the data field; Start stays disabled."""
+    page = new_page(env["browser"], env["studio"].url)
+    expect(page.locator("#start-btn")).to_be_enabled(timeout=30_000)
+    sources = page.locator("#field-data-sources textarea, #field-data-sources input").first
+    sources.fill("tests/data/bad_json_line3.jsonl")
+    sources.press("Tab")
+    expect(page.locator("#field-data-sources")).to_contain_text("line 3: not valid JSON", timeout=30_000)
+    expect(page.locator("#start-btn")).to_be_disabled()
+    sources.fill("tests/data/no_prompt_row2.jsonl")
+    sources.press("Tab")
+    expect(page.locator("#field-data-prompt_column")).to_contain_text("line 2: no 'prompt' column", timeout=30_000)
+    expect(page.locator("#start-btn")).to_be_disabled()
+    page.keyboard.press("Escape")
+    page.screenshot(path=str(ARTIFACTS / "10-bad-data.png"), full_page=False)
+    page.close()
+
+
 async def _soak(url: str, sessions: int, rounds: int) -> tuple[list[tuple[str, float]], list[float]]:
     """`sessions` pages show the live Runs page together; in turn, each acts (switch the x axis there and back,
     filter the samples) and the time until its page shows the answer is recorded. Meanwhile the studio's

@@ -77,9 +77,9 @@ def test_known_values_token_level() -> None:
 def test_clip_metrics_both_sides() -> None:
     out = run("grpo")
     # 5 real tokens: token (0,0) clipped high (ratio 1.221 > 1.2, A > 0); (1,0) clipped low (0.670 < 0.8, A < 0).
-    assert out.clip_high.item() == pytest.approx(1 / 5)
-    assert out.clip_low.item() == pytest.approx(1 / 5)
-    assert out.clip_region.item() == pytest.approx(2 / 5)
+    assert out.clip_high == pytest.approx(1 / 5)
+    assert out.clip_low == pytest.approx(1 / 5)
+    assert out.clip_region == pytest.approx(2 / 5)
 
 
 def test_clipped_tokens_get_no_gradient() -> None:
@@ -104,7 +104,7 @@ def test_asymmetric_epsilon_high() -> None:
                            loss_type="bnpo", epsilon_low=0.2, epsilon_high=0.28)
     # ratio 1.2214 is inside 1 + 0.28 now: token (0,0) contributes -1.2214 instead of -1.2
     assert out.loss.item() == pytest.approx((-math.exp(0.2) - 0.606531 + 5.6) / 5, rel=1e-5)
-    assert out.clip_high.item() == 0
+    assert out.clip_high == 0
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
@@ -166,3 +166,79 @@ def test_selective_log_softmax() -> None:
     logits = torch.tensor([[[1.0, 2.0, 3.0]]])
     expected = 2.0 - math.log(math.exp(1) + math.exp(2) + math.exp(3))
     assert grpo.selective_log_softmax(logits, torch.tensor([[1]])).item() == pytest.approx(expected, rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- the other objectives, by hand
+
+def test_cispo_weights_are_clipped_detached_and_every_token_keeps_a_gradient() -> None:
+    logps = torch.tensor(LOGPS, requires_grad=True)
+    out = grpo.policy_loss(logps, torch.tensor(OLD), torch.tensor(ADV), torch.tensor(MASK), loss_type="cispo",
+                           epsilon_low=0.2, epsilon_high=1.1)
+    out.loss.backward()
+    w = [[min(math.exp(LOGPS[b][t] - OLD[b][t]), 1.1) for t in range(3)] for b in range(2)]
+    real = [(b, t) for b in range(2) for t in range(3) if MASK[b][t]]
+    assert out.loss.item() == pytest.approx(sum(-w[b][t] * ADV[b] * LOGPS[b][t] for b, t in real) / 5, rel=1e-6)
+    for b, t in real:  # d/dlogp = -sg(w) A / tokens: no token is cut off, unlike the PPO clip
+        assert logps.grad[b, t].item() == pytest.approx(-w[b][t] * ADV[b] / 5, rel=1e-6)
+    # ratio e^0.2 = 1.22 > 1.1 with A > 0: the one clipped token of 5
+    assert out.metrics == {"cispo_clip_ratio": pytest.approx(1 / 5)}
+
+
+def test_sapo_gate_value_and_on_policy_gradient_equal_grpo() -> None:
+    logps = torch.tensor(LOGPS, requires_grad=True)
+    sapo = grpo.policy_loss(logps, logps.detach(), torch.tensor(ADV), torch.tensor(MASK), loss_type="sapo",
+                            epsilon_low=0.2, epsilon_high=0.2, sapo_temperature_pos=1.0, sapo_temperature_neg=2.0)
+    sapo.loss.backward()
+    # r = 1: the gate sigmoid(0) * 4 / tau = 2 / tau; token loss -2A/tau, averaged per sequence then over sequences
+    assert sapo.loss.item() == pytest.approx((-2 * 1.0 / 1.0 + -2 * -2.0 / 2.0) / 2, rel=1e-6)
+    g_sapo = logps.grad.clone()
+    logps.grad = None
+    grpo.policy_loss(logps, logps.detach(), torch.tensor(ADV), torch.tensor(MASK), loss_type="grpo",
+                     epsilon_low=0.2, epsilon_high=0.2).loss.backward()
+    # the gate's slope at r = 1 is sigmoid'(0) * 4 = 1 for any tau: the same step as GRPO on policy
+    torch.testing.assert_close(g_sapo, logps.grad)
+
+
+def test_delta_caps_the_unclipped_term_for_negative_advantages() -> None:
+    logps, old, mask = torch.tensor([[0.5]]), torch.zeros(1, 1), torch.ones(1, 1)
+    plain = grpo.policy_loss(logps, old, torch.tensor([-1.0]), mask, loss_type="bnpo", epsilon_low=0.2, epsilon_high=0.2)
+    capped = grpo.policy_loss(logps, old, torch.tensor([-1.0]), mask, loss_type="bnpo", epsilon_low=0.2,
+                              epsilon_high=0.2, delta=1.5)
+    assert plain.loss.item() == pytest.approx(math.exp(0.5))  # -min(-1.65, -1.2): the ratio is unbounded
+    assert capped.loss.item() == pytest.approx(1.5)  # -min(-min(1.65, 1.5), -1.2)
+
+
+def test_luspo_sums_each_sequence() -> None:
+    out = grpo.policy_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.tensor([1.0, -2.0]), torch.tensor(MASK),
+                           loss_type="luspo", epsilon_low=0.2, epsilon_high=0.2, is_level="sequence")
+    assert out.loss.item() == pytest.approx((-1.0 * 2 + 2.0 * 3) / 2)  # token losses -A, summed per sequence
+
+
+def test_high_entropy_mask_keeps_the_top_quantile_of_real_tokens() -> None:
+    ent = torch.tensor([[0.1, 0.5, 0.9], [0.3, 0.7, 5.0]])  # 5.0 is padding: neither counted nor kept
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    # real tokens sorted 0.1 0.3 0.5 0.7 0.9; quantile 0.6 interpolates to 0.58: 0.7 and 0.9 stay
+    kept = grpo.high_entropy_mask(ent, mask, 0.4)
+    assert kept.tolist() == [[False, False, True], [False, True, False]]
+
+
+def test_off_policy_mask_drops_only_drifted_negative_advantage_sequences() -> None:
+    logps = torch.tensor([[-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    sampling = torch.tensor([[-0.2, -0.4], [-0.2, -0.4], [-1.0, -0.9]])  # mean drift 0.7, 0.7, 0.05
+    mask = torch.ones(3, 2)
+    keep = grpo.off_policy_mask(torch.tensor([1.0, -1.0, -1.0]), logps, sampling, mask, threshold=0.5)
+    assert keep.squeeze(-1).tolist() == [1.0, 0.0, 1.0]
+
+
+def test_entropy_control_gates_and_steps_the_coefficient() -> None:
+    c = grpo.EntropyControl(0.02, adaptive=True, target=1.0, delta=0.01, coef_min=0.0, coef_max=0.035)
+    assert c.apply() == 0.0  # nothing measured yet
+    c.update(entropy_sum=4.0, tokens=5.0)  # 0.8 <= target: on, and up by delta
+    assert (c.apply(), c.coef) == (pytest.approx(0.03), pytest.approx(0.03))
+    c.update(entropy_sum=4.0, tokens=5.0)
+    assert c.coef == pytest.approx(0.035)  # capped at coef_max
+    c.update(entropy_sum=6.0, tokens=5.0)  # 1.2 > target: off, and down
+    assert (c.apply(), c.coef) == (0.0, pytest.approx(0.025))
+    static = grpo.EntropyControl(0.05)
+    static.update(100.0, 1.0)
+    assert (static.apply(), static.enabled) == (0.05, True)

@@ -132,8 +132,65 @@ def test_import_trl_json_and_dispatch():
 
 
 def test_apply_reports_invalid_values_by_field():
-    res = import_trl("loss_type: cispo\nnum_generations: 1")
+    res = import_trl("loss_type: vespo\nnum_generations: 1")  # TRL has vespo; not here (yet)
     with pytest.raises(SpecError) as err:
         res.apply()
     fields = {i.field for i in err.value.issues}
     assert {"algorithm.loss_type", "rollout.num_generations"} <= fields
+
+
+TRL_OBJECTIVES = """
+loss_type: sapo
+sapo_temperature_pos: 1.0
+sapo_temperature_neg: 1.5
+epsilon_high: null
+delta: null
+beta: 0.01
+use_bias_correction_kl: false
+off_policy_mask_threshold: 0.5
+top_entropy_quantile: 0.2
+entropy_coef: 0.01
+use_adaptive_entropy: true
+entropy_target: 1.5
+entropy_coef_min: 0.001
+entropy_coef_max: 0.05
+entropy_coef_delta: 0.002
+disable_dropout: false
+"""
+
+
+def test_import_trl_objective_options():
+    res = import_trl(TRL_OBJECTIVES)
+    assert res.unmapped == []
+    a = res.apply().algorithm
+    assert (a.loss_type, a.sapo_temperature_pos, a.sapo_temperature_neg) == ("sapo", 1.0, 1.5)
+    assert a.epsilon_high == 0.0 and a.delta == 0.0  # None in TRL: off / same as epsilon
+    assert a.use_bias_correction_kl is False and a.off_policy_mask_threshold == 0.5
+    assert a.top_entropy_quantile == 0.2 and a.entropy_coef == 0.01 and a.use_adaptive_entropy is True
+    assert (a.entropy_target, a.entropy_coef_min, a.entropy_coef_max, a.entropy_coef_delta) == (1.5, 0.001, 0.05, 0.002)
+    assert a.disable_dropout is False
+    cispo = import_trl("loss_type: cispo\nepsilon_high: 5.0\ndelta: 4\nimportance_sampling_level: sequence").apply()
+    assert (cispo.algorithm.loss_type, cispo.algorithm.epsilon_high, cispo.algorithm.delta) == ("cispo", 5.0, 4.0)
+    zero = import_trl("off_policy_mask_threshold: 0.0")
+    assert "algorithm.off_policy_mask_threshold" not in zero.values and "is 'off' here" in zero.unmapped[0]
+
+
+def test_import_swift_objective_options():
+    res = import_swift("swift rlhf --rlhf_type grpo --model m --loss_type sapo --tau_pos 1.0 --tau_neg 1.2 "
+                       "--off_policy_sequence_mask_delta 0.3 --top_entropy_quantile 0.2 --delta 3 "
+                       "--importance_sampling_level sequence")
+    assert res.unmapped == []
+    a = res.apply().algorithm
+    assert (a.loss_type, a.sapo_temperature_pos, a.sapo_temperature_neg) == ("sapo", 1.0, 1.2)
+    assert (a.off_policy_mask_threshold, a.top_entropy_quantile, a.delta) == (0.3, 0.2, 3.0)
+    assert a.importance_sampling_level == "sequence"
+    luspo = import_swift("swift rlhf --loss_type luspo --importance_sampling_level sequence").apply()
+    assert luspo.algorithm.loss_type == "luspo"
+
+
+def test_an_imported_lora_dropout_is_kept():
+    res = import_swift("swift rlhf --model m --train_type lora --lora_dropout 0.05")
+    assert res.values["algorithm.disable_dropout"] is False  # ms-swift and TRL keep dropout by default
+    assert res.apply().model.lora_dropout == 0.05
+    explicit = import_trl("use_peft: true\nlora_dropout: 0.05\ndisable_dropout: true")
+    assert explicit.values["algorithm.disable_dropout"] is True  # said explicitly: check_spec will name the clash

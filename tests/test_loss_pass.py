@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from backend.launcher import create_run
-from backend.spec import load_spec
+from backend.spec import AlgorithmSection, load_spec
 from backend.train.loop import GRPOTrainer, live_groups, zero_advantage_skippable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,9 +24,15 @@ def test_live_groups_keeps_whole_groups_with_signal() -> None:
 
 
 def test_only_exact_cases_skip() -> None:
-    assert zero_advantage_skippable("grpo", 0.0) and zero_advantage_skippable("dapo", 0.0)
-    assert not zero_advantage_skippable("grpo", 0.04)  # the KL term has a gradient at zero advantage
-    assert not zero_advantage_skippable("bnpo", 0.0)  # normalised by the micro-batch's own token count
+    def algo(**kw: object) -> AlgorithmSection:
+        return AlgorithmSection(**kw)
+
+    assert zero_advantage_skippable(algo()) and zero_advantage_skippable(algo(loss_type="dapo"))
+    assert not zero_advantage_skippable(algo(beta=0.04))  # the KL term has a gradient at zero advantage
+    assert not zero_advantage_skippable(algo(loss_type="bnpo"))  # normalised by the micro-batch's own token count
+    assert not zero_advantage_skippable(algo(entropy_coef=0.01))  # the entropy bonus acts on every row
+    assert not zero_advantage_skippable(algo(top_entropy_quantile=0.2))  # the quantile is over all tokens
+    assert not zero_advantage_skippable(algo(importance_sampling_level="sequence"))
 
 
 def _trainer(tmp_path: Path, *overrides: str) -> GRPOTrainer:

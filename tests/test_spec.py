@@ -54,7 +54,13 @@ def test_field_catalogue_covers_every_field_with_help() -> None:
         assert docs[name].help, name
     ng = docs["rollout.num_generations"]
     assert (ng.minimum, ng.default) == (2, 8)
-    assert docs["algorithm.loss_type"].choices == ("grpo", "bnpo", "dr_grpo", "dapo")
+    assert docs["algorithm.loss_type"].choices == ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
+    # the objectives' options carry TRL's GRPOConfig names, defaults and bounds
+    assert (docs["algorithm.top_entropy_quantile"].default, docs["algorithm.top_entropy_quantile"].maximum) == (1.0, 1.0)
+    assert docs["algorithm.sapo_temperature_neg"].default == 1.05 and docs["algorithm.sapo_temperature_neg"].exclusive_min
+    assert docs["algorithm.use_bias_correction_kl"].default is True
+    assert docs["algorithm.disable_dropout"].default is True
+    assert docs["algorithm.entropy_coef_delta"].default == 0.005
     assert docs["rollout.temperature"].exclusive_min
 
 
@@ -140,3 +146,36 @@ def test_launch_refuses_what_this_machine_cannot_run(overrides, field, tmp_path,
     assert code == 2
     assert field in capsys.readouterr().err
     assert not runs.exists() or not any(runs.iterdir())
+
+
+# (overrides, field the issue must name, words its message must contain); each is fine without the overrides' last item
+OBJECTIVE_RULES = [
+    (["algorithm.loss_type=cispo"], "algorithm.epsilon_high", "cap"),
+    (["algorithm.loss_type=luspo"], "algorithm.importance_sampling_level", "sequence"),
+    (["algorithm.loss_type=sapo", "algorithm.delta=4"], "algorithm.delta", "clipped objectives"),
+    (["algorithm.delta=1.1"], "algorithm.delta", "1 + epsilon_high = 1.2"),
+    (["algorithm.sapo_temperature_pos=2"], "algorithm.sapo_temperature_pos", "loss_type sapo"),
+    (["algorithm.entropy_target=1.5"], "algorithm.entropy_target", "use_adaptive_entropy"),
+    (["algorithm.use_adaptive_entropy=true", "algorithm.entropy_coef_min=0.5", "algorithm.entropy_coef_max=0.1"],
+     "algorithm.entropy_coef_min", "exceeds entropy_coef_max"),
+    (["model.finetune=lora", "model.lora_dropout=0.05"], "model.lora_dropout", "disable_dropout"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "field", "words"), OBJECTIVE_RULES, ids=[r[1] for r in OBJECTIVE_RULES])
+def test_objective_cross_field_rules_name_the_field(overrides, field, words) -> None:
+    issues = check_spec(load_spec(ROOT / "presets/tiny-cpu.yaml", overrides), ROOT)
+    assert [i.field for i in issues] == [field], issues
+    assert words in issues[0].message
+
+
+@pytest.mark.parametrize("overrides", [
+    ["algorithm.loss_type=cispo", "algorithm.epsilon_high=5"],
+    ["algorithm.loss_type=luspo", "algorithm.importance_sampling_level=sequence", "algorithm.delta=4"],
+    ["algorithm.loss_type=sapo", "algorithm.sapo_temperature_pos=2", "algorithm.sapo_temperature_neg=3"],
+    ["algorithm.use_adaptive_entropy=true", "algorithm.entropy_target=1.5", "algorithm.entropy_coef_max=0.2"],
+    ["model.finetune=lora", "model.lora_dropout=0.05", "algorithm.disable_dropout=false"],
+    ["algorithm.off_policy_mask_threshold=0.5", "algorithm.top_entropy_quantile=0.2", "algorithm.entropy_coef=0.01"],
+])
+def test_objective_options_that_fit_together_pass(overrides) -> None:
+    assert check_spec(load_spec(ROOT / "presets/tiny-cpu.yaml", overrides), ROOT) == []

@@ -1,4 +1,4 @@
-"""Rollout engines behind one interface (see base.py); `make_engine` picks one from the RunSpec."""
+"""Rollout engines behind one interface (base.py); the trainer's builders pick one from the RunSpec."""
 
 from backend.rollout.base import Completion, RolloutEngine, SamplingParams
 

@@ -38,8 +38,20 @@ def build_policy(spec: RunSpec, base_dir: Path, device: torch.device, checkpoint
         if m.finetune == "lora":
             model.enable_input_require_grads()  # frozen embeddings: checkpointed blocks still need an input grad
 
+    if spec.algorithm.disable_dropout:
+        disable_dropout(model)
     model.train()
     return model
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Dropout off everywhere, in train mode too: nn.Dropout layers (as TRL's disable_dropout_in_model) and the
+    attention-probability dropout that transformers' attention modules apply from a float attribute."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
 
 
 def build_reference(spec: RunSpec, base_dir: Path, device: torch.device, policy) -> PreTrainedModel | None:

@@ -1,14 +1,21 @@
-"""GRPO math: rewards to advantages, per-token log-probabilities, and the clipped policy loss.
+"""GRPO math: rewards to advantages, per-token log-probabilities, and the policy objectives.
 
-Pure tensor functions, no trainer state, so each formula can be checked by hand in tests.
+Pure tensor functions, no trainer state, so each formula can be checked by hand in tests and against
+the reference implementation: `policy_loss` equals TRL 1.16's `GRPOTrainer._compute_loss` in value and in
+gradient for every loss type and option it takes (tests/test_objectives_trl.py replays recorded TRL cases).
+Option names are TRL's GRPOConfig names, so configs and papers carry over.
 Notation: B completions, T completion tokens (right padded), mask[b, t] = 1 on real tokens.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import get_args
 
 import torch
+
+from backend.spec import CLIPPED_LOSS_TYPES, LossType
 
 
 def combine_rewards(per_fn: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -49,13 +56,99 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
+LOSS_TYPES: tuple[str, ...] = get_args(LossType)
+
+
 @dataclass
 class LossOut:
     loss: torch.Tensor  # this micro-batch's contribution; summing over micro-batches gives the step's loss
-    kl: torch.Tensor  # masked token mean of the k3 estimate (0 when beta = 0)
-    clip_low: torch.Tensor
-    clip_high: torch.Tensor
-    clip_region: torch.Tensor
+    kl: torch.Tensor  # masked token mean of the (bias-corrected) k3 estimate (0 when beta = 0)
+    metrics: dict[str, float]  # TRL-named diagnostics of this micro-batch (clip ratios, masked fractions)
+    entropy_sum: float = 0.0  # entropy summed over the tokens the bonus acts on (the adaptive controller's input)
+    entropy_tokens: float = 0.0
+
+    @property
+    def clip_low(self) -> float:
+        return self.metrics["clip_ratio/low_mean"]
+
+    @property
+    def clip_high(self) -> float:
+        return self.metrics["clip_ratio/high_mean"]
+
+    @property
+    def clip_region(self) -> float:
+        return self.metrics["clip_ratio/region_mean"]
+
+
+def high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:
+    """Tokens whose entropy is in the top `top_quantile` of the micro-batch's real tokens ("80/20": 0.2).
+
+    TRL's get_high_entropy_mask: threshold = quantile(entropies of real tokens, 1 - top_quantile); ties kept.
+    """
+    real = mask.bool()
+    values = entropies.detach()[real].float()
+    if values.numel() == 0:
+        return torch.zeros_like(real)
+    threshold = torch.quantile(values, 1 - top_quantile)
+    return ((entropies.detach() * mask) >= threshold) & real
+
+
+def off_policy_mask(advantages: torch.Tensor, logps: torch.Tensor, sampling_logps: torch.Tensor, mask: torch.Tensor,
+                    threshold: float) -> torch.Tensor:
+    """DeepSeek-V3.2's off-policy sequence mask, (B, 1): drop a sequence when its advantage is negative and the
+    mean over its tokens of log pi_sampling - log pi_theta (a KL estimate) exceeds `threshold`."""
+    kl = torch.nan_to_num(sampling_logps - logps.detach(), nan=0.0)  # unscored tokens give no evidence
+    seq_kl = (kl * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    return ((advantages.unsqueeze(-1) >= 0) | (seq_kl <= threshold)).to(mask.dtype)
+
+
+def entropy_coef_to_apply(coef: float, last_entropy: float, *, adaptive: bool, target: float) -> float:
+    """The coefficient this step's entropy bonus uses. Adaptive (Skywork-OR1): only while the entropy measured at
+    the previous step is at or below the target (the first step has none: inf, no bonus)."""
+    if not adaptive:
+        return coef
+    return coef if last_entropy <= target else 0.0
+
+
+def next_entropy_coef(coef: float, entropy: float, *, target: float, delta: float, coef_min: float,
+                      coef_max: float) -> float:
+    """Adaptive entropy control after an optimizer step: raise the coefficient by `delta` when the step's entropy
+    is at or below the target, lower it otherwise, within [coef_min, coef_max]."""
+    if entropy <= target:
+        return min(coef + delta, coef_max)
+    return max(coef - delta, coef_min)
+
+
+@dataclass
+class EntropyControl:
+    """The entropy bonus's coefficient across optimizer steps (TRL's entropy_coef / _last_world_entropy).
+
+    Static: `coef` throughout. Adaptive: `apply()` gives the coefficient for this step's micro-batches and
+    `update(entropy_sum, tokens)` (the whole step's totals) moves it for the next step.
+    """
+
+    coef: float
+    adaptive: bool = False
+    target: float = 0.2
+    delta: float = 0.005
+    coef_min: float = 0.0
+    coef_max: float = 1.0
+    last_entropy: float = math.inf
+
+    @property
+    def enabled(self) -> bool:
+        return self.coef != 0.0 or self.adaptive
+
+    def apply(self) -> float:
+        return entropy_coef_to_apply(self.coef, self.last_entropy, adaptive=self.adaptive, target=self.target)
+
+    def update(self, entropy_sum: float, tokens: float) -> None:
+        if not self.adaptive:
+            return
+        entropy = entropy_sum / max(tokens, 1.0)
+        self.coef = next_entropy_coef(self.coef, entropy, target=self.target, delta=self.delta,
+                                      coef_min=self.coef_min, coef_max=self.coef_max)
+        self.last_entropy = entropy
 
 
 def policy_loss(
@@ -74,42 +167,91 @@ def policy_loss(
     max_completion_length: int | None = None,
     global_num_tokens: float | None = None,
     global_num_seqs: int | None = None,
+    delta: float | None = None,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    use_bias_correction_kl: bool = False,
+    off_policy_mask_threshold: float | None = None,
+    sampling_logps: torch.Tensor | None = None,
+    top_entropy_quantile: float = 1.0,
+    entropies: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> LossOut:
-    """Clipped surrogate loss plus beta * k3 KL, aggregated by `loss_type`.
+    """The policy objective of one micro-batch, TRL 1.16's `_compute_loss` term by term.
 
-    ratio r = exp(logps - old_logps) per token, or for is_level='sequence' (GSPO) one ratio per
-    sequence, exp(mean over its tokens of the log-ratio). Token loss:
-        -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A) + beta * (exp(ref - logp) - (ref - logp) - 1)
+    ratio r = exp(logps - old_logps) per token, or for is_level='sequence' (GSPO) one ratio per sequence,
+    exp(mean over its tokens of the log-ratio). Per-token loss by `loss_type`:
+        grpo/bnpo/dr_grpo/dapo/luspo: -min(r' A, clip(r, 1 - eps_low, 1 + eps_high) A), r' = min(r, delta)
+                                      when `delta` is set (INTELLECT-2's two-sided clip), else r
+        cispo: -sg(min(r, eps_high)) A logp    (MiniMax-M1: the IS weight is clipped and detached; eps_high is the cap)
+        sapo:  -sigmoid(tau (r - 1)) 4 / tau A,  tau = sapo_temperature_pos if A > 0 else sapo_temperature_neg
+    then times the off-policy sequence mask (off_policy_mask_threshold, against `sampling_logps`, else old_logps)
+    and the high-entropy token mask (top_entropy_quantile < 1, from `entropies`), plus
+    beta * k3 KL to the reference (times r when use_bias_correction_kl: DeepSeek-V3.2's unbiased estimate).
     Aggregation over the step (all micro-batches of one optimizer step):
-        grpo:    mean over sequences of each sequence's token mean
-        bnpo:    token mean within each micro-batch, averaged over micro-batches
-        dr_grpo: token sum / (sequences in the step x max_completion_length)
-        dapo:    token sum / tokens in the whole step
-    The returned loss is this micro-batch's share, so gradients accumulate to the step's loss.
+        grpo, sapo:   mean over sequences of each sequence's token mean
+        bnpo:         token mean within each micro-batch, averaged over micro-batches
+        dr_grpo:      token sum / (sequences in the step x max_completion_length)
+        dapo, cispo:  token sum / tokens in the whole step
+        luspo:        mean over sequences of each sequence's token sum
+    Entropy bonus: minus entropy_coef x the mean entropy of the tokens the loss acts on, per micro-batch,
+    averaged over micro-batches (the same for every loss type). `entropy_coef` is the coefficient to apply now
+    (see entropy_coef_to_apply). The returned loss is this micro-batch's share, so gradients accumulate to the
+    step's loss.
     """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"unknown loss_type {loss_type!r}")
     mask = mask.to(logps.dtype)
+    adv = advantages.unsqueeze(-1)
+    if old_logps is None:
+        old_logps = logps.detach()
+
+    entropy_mask = None
+    if top_entropy_quantile < 1.0:
+        if entropies is None:
+            raise ValueError("top_entropy_quantile < 1 needs per-token entropies")
+        entropy_mask = high_entropy_mask(entropies, mask, top_entropy_quantile).to(mask.dtype)
+    seq_mask = None
+    if off_policy_mask_threshold is not None:
+        reference = sampling_logps if sampling_logps is not None else old_logps
+        seq_mask = off_policy_mask(advantages, logps, reference, mask, off_policy_mask_threshold)
+
     log_ratio = logps - old_logps
     if is_level == "sequence":
         log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1)
     elif is_level != "token":
         raise ValueError(f"unknown importance_sampling_level {is_level!r}")
     ratio = torch.exp(log_ratio)
-    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    adv = advantages.unsqueeze(-1)
-    per_token = -torch.min(ratio * adv, clipped * adv)
-    per_token = per_token.expand_as(logps) if per_token.shape != logps.shape else per_token
 
-    kl = torch.zeros((), dtype=logps.dtype)
+    per_token_kl = None
     if beta != 0.0:
         if ref_logps is None:
             raise ValueError("beta > 0 needs reference logprobs")
-        delta = ref_logps - logps
-        per_token_kl = torch.exp(delta) - delta - 1
+        d = ref_logps - logps
+        per_token_kl = torch.exp(d) - d - 1
+        if use_bias_correction_kl:
+            per_token_kl = per_token_kl * ratio
+
+    if loss_type == "cispo":
+        weight = torch.clamp(ratio, max=epsilon_high).detach()
+        per_token = -weight * adv * logps
+    elif loss_type == "sapo":
+        tau = torch.where(adv > 0, sapo_temperature_pos, sapo_temperature_neg)
+        per_token = -(torch.sigmoid(tau * (ratio - 1)) * 4 / tau) * adv
+    else:
+        clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+        unclipped = torch.clamp(ratio, max=delta) if delta is not None else ratio
+        per_token = -torch.min(unclipped * adv, clipped * adv)
+    if seq_mask is not None:
+        per_token = per_token * seq_mask
+    if entropy_mask is not None:
+        per_token = per_token * entropy_mask
+    if per_token_kl is not None:
         per_token = per_token + beta * per_token_kl
-        kl = masked_mean(per_token_kl.detach(), mask)
+    per_token = per_token.expand_as(logps)
 
     n_seqs = global_num_seqs if global_num_seqs is not None else logps.shape[0] * num_micro_batches
-    if loss_type == "grpo":
+    if loss_type in ("grpo", "sapo"):
         loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / n_seqs
     elif loss_type == "bnpo":
         loss = (per_token * mask).sum() / mask.sum().clamp(min=1) / num_micro_batches
@@ -117,17 +259,46 @@ def policy_loss(
         if max_completion_length is None:
             raise ValueError("dr_grpo needs max_completion_length")
         loss = (per_token * mask).sum() / (n_seqs * max_completion_length)
-    elif loss_type == "dapo":
+    elif loss_type in ("dapo", "cispo"):
         tokens = global_num_tokens if global_num_tokens is not None else float(mask.sum()) * num_micro_batches
         loss = (per_token * mask).sum() / max(tokens, 1.0)
-    else:
-        raise ValueError(f"unknown loss_type {loss_type!r}")
+    else:  # luspo
+        loss = (per_token * mask).sum(-1).sum() / n_seqs
+
+    entropy_sum = entropy_tokens = 0.0
+    if entropies is not None:
+        effective = mask if entropy_mask is None else mask * entropy_mask
+        bonus_tokens = effective.sum()
+        if entropy_coef != 0.0:
+            loss = loss - entropy_coef * (entropies * effective).sum() / bonus_tokens.clamp(min=1.0) / num_micro_batches
+        entropy_sum, entropy_tokens = float((entropies.detach() * effective).sum()), float(bonus_tokens)
 
     with torch.no_grad():
-        r = ratio.expand_as(logps) if ratio.shape != logps.shape else ratio
-        a = adv.expand_as(logps)
-        low = ((r < 1 - epsilon_low) & (a < 0)).to(mask.dtype)
-        high = ((r > 1 + epsilon_high) & (a > 0)).to(mask.dtype)
-        out = LossOut(loss, kl, masked_mean(low, mask), masked_mean(high, mask),
-                      masked_mean(((low + high) > 0).to(mask.dtype), mask))
+        metrics = _metrics(loss_type, ratio, adv, mask, epsilon_low, epsilon_high, seq_mask, entropy_mask)
+        kl = _masked_mean_any(per_token_kl.detach(), mask) if per_token_kl is not None else torch.zeros((), dtype=logps.dtype)
+    return LossOut(loss, kl, metrics, entropy_sum, entropy_tokens)
+
+
+def _masked_mean_any(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """TRL's metric mean: over real tokens, or over sequences when x holds one value per sequence (B, 1)."""
+    if x.shape[-1] == 1 and mask.shape[-1] != 1:
+        return x.mean()
+    return masked_mean(x, mask)
+
+
+def _metrics(loss_type: str, ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, epsilon_low: float,
+             epsilon_high: float, seq_mask: torch.Tensor | None, entropy_mask: torch.Tensor | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if loss_type in CLIPPED_LOSS_TYPES:
+        low = ((ratio < 1 - epsilon_low) & (adv < 0)).to(mask.dtype)
+        high = ((ratio > 1 + epsilon_high) & (adv > 0)).to(mask.dtype)
+        out["clip_ratio/low_mean"] = float(_masked_mean_any(low, mask))
+        out["clip_ratio/high_mean"] = float(_masked_mean_any(high, mask))
+        out["clip_ratio/region_mean"] = float(_masked_mean_any(((low + high) > 0).to(mask.dtype), mask))
+    elif loss_type == "cispo":
+        out["cispo_clip_ratio"] = float(_masked_mean_any(((ratio > epsilon_high) & (adv > 0)).to(mask.dtype), mask))
+    if seq_mask is not None:  # fraction of sequences dropped as too far off-policy
+        out["off_policy_mask/masked_ratio"] = float(1 - seq_mask.mean())
+    if entropy_mask is not None:  # fraction of real tokens left out as low-entropy
+        out["entropy_mask/masked_ratio"] = float(1 - entropy_mask.sum() / mask.sum().clamp(min=1))
     return out

@@ -11,6 +11,7 @@ logprobs corrects for that one step of staleness. Everything a watcher needs goe
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -32,7 +33,7 @@ from backend.rewards.scorer import RewardScorer
 from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams, derive_seed
 from backend.rollout.hf import HFEngine, left_pad
 from backend.rundir import RunDir
-from backend.spec import RunSpec
+from backend.spec import AlgorithmSection, RunSpec
 from backend.train import grpo
 from backend.train.batch import PendingRollout, Prompt, Rollout, ScoredGroup
 from backend.train.builders import (
@@ -47,6 +48,8 @@ from backend.train.forward import autocast, completion_logits
 from backend.train.signals import STOP
 from backend.train.sinks import make_sinks
 from backend.train.telemetry import Telemetry
+
+ENTROPY_STATE = "entropy_control.json"
 
 
 class StopRequested(Exception):
@@ -83,6 +86,8 @@ class GRPOTrainer:
         self.pending: PendingRollout | None = None
         self.stop_at_step: int | None = None  # stop (with a checkpoint) once this step is done, as on SIGTERM
         self.on_step: Callable[[GRPOTrainer, dict[str, Any]], None] | None = None  # after each step is logged
+        self.entropy_control = grpo.EntropyControl(a.entropy_coef, a.use_adaptive_entropy, a.entropy_target,
+                                                   a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max)
         self.telemetry = Telemetry()
         self.skip_zero_advantage = True  # leave all-zero-advantage groups out of the loss pass where exact
         self.last_timings: dict[str, float] = {}  # the last optimizer_step's forward+backward and optimizer seconds
@@ -90,6 +95,7 @@ class GRPOTrainer:
         self.started = time.time()
         self.elapsed_before = 0.0
         self.resumed_in_flight = None  # async: the rollout that was being sampled when the checkpoint was taken
+        self.unscored: dict[str, tuple[int, int]] = {}  # reward name -> (first rollout, batches) scored all None
         if ckpt is not None:
             self._load_state(ckpt)
         run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
@@ -192,6 +198,8 @@ class GRPOTrainer:
             m[f"rewards/{name}/mean"] = col[ok].mean().item() if ok.any() else math.nan
             m[f"rewards/{name}/std"] = col[ok].std().item() if ok.sum() > 1 else 0.0
             m[f"rewards/{name}/errors"] = float(self.scorer.error_counts.get(name, 0))
+            if not ok.any():
+                self._note_unscored(name, index)
 
         samples = []
         for i, c in enumerate(completions):
@@ -206,9 +214,23 @@ class GRPOTrainer:
         return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
                        adv, m, samples)
 
+    def _note_unscored(self, name: str, rollout_index: int) -> None:
+        """A reward that scored nothing in a whole batch gives no signal: say so in status.json (the dashboard
+        shows it), not only as a NaN metric."""
+        first, count = self.unscored.get(name, (rollout_index, 0))
+        self.unscored[name] = (first, count + 1)
+
+    def warnings(self) -> list[str]:
+        return [f"reward {name!r} returned None for every completion in {count} rollout batch(es), first in rollout "
+                f"{first}: it adds no learning signal (does the data have the columns it reads?)"
+                for name, (first, count) in sorted(self.unscored.items())]
+
     # ------------------------------------------------------------------ loss
 
-    def _logps(self, model, ro: Rollout, sl: slice | torch.Tensor, want_entropy: bool = False):
+    def _logps(self, model, ro: Rollout, sl: slice | torch.Tensor, want_entropy: bool = False,
+               entropy_grad: bool = False):
+        """Per-token logprobs of the completions (B, T) and, when wanted, per-token entropies (B, T), with a
+        gradient only when the loss has an entropy bonus. `sl` selects rows: a slice or an index tensor."""
         d = self.device
         p_ids, p_mask = ro.prompt_ids[sl].to(d), ro.prompt_mask[sl].to(d)
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
@@ -219,8 +241,8 @@ class GRPOTrainer:
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
         if want_entropy:
-            with torch.no_grad():
-                ent = grpo.masked_mean(grpo.token_entropy(logits), c_mask.float())
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                ent = grpo.token_entropy(logits)
         return logps, ent
 
     @torch.no_grad()
@@ -252,8 +274,7 @@ class GRPOTrainer:
                                               for i in range(0, B, mb)])
 
     def optimizer_step(self, ro: Rollout) -> dict[str, float]:
-        """One optimizer step over the rollout (micro-batches accumulate). Metrics are summed as tensors and read
-        back once at the end: one host sync per step, not several per micro-batch (each stalls a GPU queue).
+        """One optimizer step over the rollout (micro-batches accumulate).
 
         Groups whose advantages are all zero are left out of the forward and backward when that is exact (see
         `zero_advantage_skippable`): their loss and gradient are exactly zero. Entropy is then the mean over
@@ -263,48 +284,59 @@ class GRPOTrainer:
         ga = a.gradient_accumulation_steps
         mb = B // ga
         total_tokens = float(ro.loss_mask.sum())
-        skip = self.skip_zero_advantage and zero_advantage_skippable(a.loss_type, a.beta) and mb % G == 0
+        acc: dict[str, float] = {"loss": 0.0, "kl": 0.0, "entropy": 0.0}
+        control = self.entropy_control
+        coef = control.apply()  # the same coefficient for every micro-batch of the step, as TRL
+        skip = self.skip_zero_advantage and mb % G == 0 and not control.enabled and zero_advantage_skippable(a)
+        ent_sum = ent_tokens = 0.0
+        trained = 0  # micro-batches that ran
         t0 = time.time()
-        sums: list[torch.Tensor] = []
-        ents: list[torch.Tensor] = []
         for i in range(0, B, mb):
             sl = slice(i, i + mb)
             rows = live_groups(ro.advantages, sl, G) if skip else sl
             if rows is None:
                 continue
-            logps, ent = self._logps(self.policy, ro, rows, want_entropy=True)
+            trained += 1
+            logps, ent = self._logps(self.policy, ro, rows, want_entropy=True, entropy_grad=control.enabled)
             mask = ro.loss_mask[rows].to(self.device)
             old = ro.old_logps[rows].to(self.device) if ro.old_logps is not None else logps.detach()
             ref = ro.ref_logps[rows].to(self.device) if ro.ref_logps is not None else None
+            samp = ro.sampling_logps[rows].to(self.device) if ro.sampling_logps is not None else None
             out = grpo.policy_loss(
                 logps, old, ro.advantages[rows].to(self.device), mask,
                 loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
                 is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
-                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B)
+                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B,
+                delta=a.delta or None, sapo_temperature_pos=a.sapo_temperature_pos,
+                sapo_temperature_neg=a.sapo_temperature_neg, use_bias_correction_kl=a.use_bias_correction_kl,
+                off_policy_mask_threshold=a.off_policy_mask_threshold or None, sampling_logps=samp,
+                top_entropy_quantile=a.top_entropy_quantile, entropies=ent, entropy_coef=coef)
             out.loss.backward()
-            # clip ratios are token means over the micro-batch: skipped tokens count in the denominator as non-clipped
-            share = mask.sum().float() / ro.loss_mask[sl].sum().clamp(min=1).to(self.device) / ga
-            sums.append(torch.stack([out.loss.detach().float(), out.kl.detach().float().reshape(()).to(self.device) / ga,
-                                     *(v.detach().float() * share for v in (out.clip_low, out.clip_high,
-                                                                            out.clip_region))]))
-            ents.append(ent.float())
-        if not sums:  # nothing trained: zero gradients, so AdamW still steps (momentum, weight decay) as it would
+            # token-mean metrics of the micro-batch: skipped tokens count in the denominator, never in a numerator
+            share = float(mask.sum()) / max(float(ro.loss_mask[sl].sum()), 1.0) if rows is not sl else 1.0
+            acc["loss"] += out.loss.item()
+            acc["kl"] += float(out.kl) / ga
+            acc["entropy"] += float(grpo.masked_mean(ent.detach(), ro.completion_mask[rows].to(self.device).float()))
+            for k, v in out.metrics.items():
+                acc[k] = acc.get(k, 0.0) + v * share / ga
+            ent_sum += out.entropy_sum
+            ent_tokens += out.entropy_tokens
+        acc["entropy"] = acc["entropy"] / trained if trained else math.nan
+        if not trained:  # nothing ran: zero gradients, so AdamW still steps (momentum, weight decay) as it would
             for p in self.policy.parameters():
                 if p.requires_grad and p.grad is None:
                     p.grad = torch.zeros_like(p)
+        if control.enabled:
+            control.update(ent_sum, ent_tokens)
+            acc["entropy_coef"] = control.coef  # after this step's update, as TRL logs it
         t1 = time.time()
         params = [p for p in self.policy.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm if a.max_grad_norm > 0 else math.inf)
-        lr = self.scheduler.get_last_lr()[0]
+        acc["grad_norm"] = float(grad_norm)
+        acc["learning_rate"] = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        totals = torch.stack(sums).sum(0) if sums else torch.zeros(5, device=self.device)
-        entropy = torch.stack(ents).mean().reshape(1) if ents else torch.full((1,), math.nan, device=self.device)
-        values = torch.cat([totals, entropy, grad_norm.detach().float().reshape(1)]).tolist()
-        acc = dict(zip(("loss", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "entropy",
-                        "grad_norm"), values))
-        acc["learning_rate"] = lr
         if a.beta == 0:
             acc.pop("kl")
         self.last_timings = {"forward_backward_s": t1 - t0, "optimizer_s": time.time() - t1}
@@ -359,6 +391,9 @@ class GRPOTrainer:
                            sampler=self.sampler.state_dict(), optimizer=self.optimizer.state_dict(),
                            scheduler=self.scheduler.state_dict(), pending=self.pending, in_flight=in_flight,
                            elapsed_s=self.elapsed())
+        if self.entropy_control.adaptive:  # the controller's state, as TRL's entropy_ctrl_state.json
+            (ckpt / ENTROPY_STATE).write_text(json.dumps({"entropy_coef": self.entropy_control.coef,
+                                                          "last_entropy": self.entropy_control.last_entropy}))
         (ckpt / "COMPLETE").write_text(str(self.step))
         shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed save
         os.replace(ckpt, final)
@@ -378,6 +413,9 @@ class GRPOTrainer:
         self.pending = state.pending
         self.resumed_in_flight = state.in_flight
         self.elapsed_before = state.elapsed_s
+        if self.entropy_control.adaptive and (ckpt / ENTROPY_STATE).is_file():
+            saved = json.loads((ckpt / ENTROPY_STATE).read_text())
+            self.entropy_control.coef, self.entropy_control.last_entropy = saved["entropy_coef"], saved["last_entropy"]
         self.sync_weights()
 
     def elapsed(self) -> float:
@@ -475,7 +513,7 @@ class GRPOTrainer:
                     eta = (a.max_steps - self.step) * sum(recent) / len(recent)
                     self.run.write_status(state="stopping" if STOP.is_set() else "running", step=self.step,
                                           reward=row["reward"], step_s=timing["timing/step_s"], eta_s=eta,
-                                          elapsed_s=self.elapsed())
+                                          elapsed_s=self.elapsed(), warnings=self.warnings())
                     print(f"step {self.step}/{a.max_steps} reward {row['reward']:.3f} loss {row['loss']:.4f} "
                           f"len {row['completions/mean_length']:.1f} {timing['timing/step_s']:.2f}s", flush=True)
                     if out.save_steps and self.step % out.save_steps == 0 and self.step < a.max_steps:
@@ -503,14 +541,18 @@ class GRPOTrainer:
         return final
 
 
-def zero_advantage_skippable(loss_type: str, beta: float) -> bool:
-    """Whether completions with zero advantage may be left out of the loss pass without changing it.
+def zero_advantage_skippable(a: AlgorithmSection) -> bool:
+    """Whether completions with zero advantage may be left out of the loss pass without changing the step.
 
     Their clipped-surrogate term is exactly zero (-min(r * 0, clip(r) * 0)) and so is its gradient. Leaving
-    them out is exact when nothing else depends on them: no KL term (beta = 0) and a normalisation that
-    counts the step's sequences or tokens globally (grpo, dr_grpo, dapo), not per micro-batch (bnpo).
-    Other objectives are not skipped until shown to be zero at zero advantage."""
-    return beta == 0.0 and loss_type in ("grpo", "dr_grpo", "dapo")
+    them out is exact when nothing else depends on them: no KL term (beta = 0), a normalisation that counts the
+    step's sequences or tokens globally (grpo, dr_grpo, dapo), not per micro-batch (bnpo), token-level ratios
+    (the clip metrics are token means), and none of the options that look at other rows or tokens (entropy
+    bonus, top-entropy mask, off-policy mask) or change the term (delta). Objectives not listed are not skipped
+    until shown to be zero at zero advantage."""
+    return (a.beta == 0.0 and a.loss_type in ("grpo", "dr_grpo", "dapo") and a.importance_sampling_level == "token"
+            and a.entropy_coef == 0.0 and not a.use_adaptive_entropy and a.top_entropy_quantile == 1.0
+            and not a.off_policy_mask_threshold and not a.delta)
 
 
 def live_groups(advantages: torch.Tensor, rows: slice, group_size: int) -> slice | torch.Tensor | None:

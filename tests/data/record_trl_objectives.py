@@ -1,0 +1,191 @@
+"""Record TRL 1.16's GRPO objectives as an oracle: tests/data/trl_objectives.json.
+
+    python tests/data/record_trl_objectives.py     # needs trl==1.16.0 (the bench extra)
+
+TRL's `GRPOTrainer._compute_loss` runs unmodified on fixed random batches with uneven completion lengths; only
+its model call, `_get_per_token_logps_and_entropies`, is patched to return fixed per-token logprobs and
+entropies (leaf tensors), so the loss value and its gradient with respect to those logprobs and entropies are
+TRL's own. A step is two micro-batches (gradient accumulation), called the way TRL's Trainer calls them; adaptive
+entropy cases run two steps so the controller's gating and update are recorded too.
+tests/test_objectives_trl.py replays every case through backend.train.grpo and compares.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import trl
+from trl import GRPOTrainer
+
+OUT = Path(__file__).with_name("trl_objectives.json")
+B, T, GA = 6, 5, 2  # 6 completions of up to 5 tokens, two micro-batches of 3
+LENGTHS = [[5, 2, 4, 1, 3, 5], [3, 5, 1, 4, 5, 2]]
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo"]
+CLIPPED = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"]
+
+
+def make_batch(seed: int) -> dict[str, list]:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(B, T)
+    for b, n in enumerate(LENGTHS[seed % 2]):
+        mask[b, :n] = 1
+    logps = -torch.rand(B, T, generator=g, dtype=torch.float64) * 3 - 0.05
+    # old and sampling policies some way off, so ratios cross both clip bounds and some sequences drift
+    old = logps + torch.randn(B, T, generator=g, dtype=torch.float64) * 0.35
+    sampling = old + torch.randn(B, T, generator=g, dtype=torch.float64) * 0.3
+    ref = logps + torch.randn(B, T, generator=g, dtype=torch.float64) * 0.25
+    entropies = torch.rand(B, T, generator=g, dtype=torch.float64) * 2.5
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    adv[0], adv[1] = abs(adv[0]) + 0.1, -abs(adv[1]) - 0.1  # both signs in the first micro-batch
+    return {k: v.tolist() for k, v in dict(logps=logps, old=old, sampling=sampling, ref=ref, entropies=entropies,
+                                           advantages=adv, mask=mask).items()}
+
+
+class Accel:
+    """The accelerator calls _compute_loss makes, for one process."""
+
+    num_processes = 1
+    sync_gradients = True
+
+    def gather(self, x):
+        return x
+
+    gather_for_metrics = gather
+
+    def reduce(self, x, reduction="sum"):
+        return x
+
+    def pad_across_processes(self, x, dim=0, pad_index=0):
+        return x
+
+
+def trl_trainer(opts: dict) -> GRPOTrainer:
+    t = GRPOTrainer.__new__(GRPOTrainer)
+    cfg = SimpleNamespace(delta=opts.get("delta"), sapo_temperature_pos=opts.get("sapo_temperature_pos", 1.0),
+                          sapo_temperature_neg=opts.get("sapo_temperature_neg", 1.05),
+                          use_bias_correction_kl=opts.get("use_bias_correction_kl", False), steps_per_generation=GA,
+                          entropy_target=opts.get("entropy_target", 0.2),
+                          entropy_coef_delta=opts.get("entropy_coef_delta", 0.005),
+                          entropy_coef_min=opts.get("entropy_coef_min", 0.0),
+                          entropy_coef_max=opts.get("entropy_coef_max", 1.0))
+    t.__dict__.update(
+        args=cfg, accelerator=Accel(), model=SimpleNamespace(training=True), _metrics={"train": defaultdict(list)},
+        loss_type=opts["loss_type"], importance_sampling_level=opts.get("importance_sampling_level", "token"),
+        beta=opts.get("beta", 0.0), epsilon_low=opts.get("epsilon", 0.2),
+        epsilon_high=opts.get("epsilon_high", opts.get("epsilon", 0.2)),
+        off_policy_mask_threshold=opts.get("off_policy_mask_threshold"),
+        top_entropy_quantile=opts.get("top_entropy_quantile", 1.0), entropy_coef=opts.get("entropy_coef", 0.0),
+        use_adaptive_entropy=opts.get("use_adaptive_entropy", False), _last_world_entropy=float("inf"),
+        _entropy_window_stats=None, aux_loss_enabled=False, use_vllm=False, vllm_importance_sampling_correction=False,
+        current_gradient_accumulation_steps=GA, max_completion_length=T)
+    t._entropy_bonus_enabled = t.entropy_coef != 0.0 or t.use_adaptive_entropy
+    return t
+
+
+def run_case(batch: dict[str, list], opts: dict) -> dict:
+    t = trl_trainer(opts)
+    logps = torch.tensor(batch["logps"], dtype=torch.float64, requires_grad=True)
+    entropies = torch.tensor(batch["entropies"], dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor(batch["mask"]).long()
+    mb = B // GA
+    current: dict[str, slice] = {}
+
+    def fake_logps(model, input_ids, attention_mask, logits_to_keep, **_):
+        sl = current["sl"]
+        return logps[sl], entropies[sl], None
+
+    t._get_per_token_logps_and_entropies = fake_logps
+    steps = []
+    for _ in range(opts.get("steps", 1)):
+        logps.grad = entropies.grad = None
+        t._metrics["train"].clear()
+        total = 0.0
+        for i in range(GA):
+            sl = slice(i * mb, (i + 1) * mb)
+            current["sl"] = sl
+            t.accelerator.sync_gradients = i == GA - 1
+            inputs = {
+                "prompt_ids": torch.zeros(mb, 2, dtype=torch.long), "prompt_mask": torch.ones(mb, 2, dtype=torch.long),
+                "completion_ids": torch.zeros(mb, T, dtype=torch.long), "completion_mask": mask[sl],
+                "advantages": torch.tensor(batch["advantages"], dtype=torch.float64)[sl],
+                "num_items_in_batch": mask.sum().to(torch.float64),
+            }
+            if opts.get("old", True):
+                inputs["old_per_token_logps"] = torch.tensor(batch["old"], dtype=torch.float64)[sl]
+            if opts.get("sampling", False):
+                inputs["sampling_per_token_logps"] = torch.tensor(batch["sampling"], dtype=torch.float64)[sl]
+            if opts.get("beta", 0.0):
+                inputs["ref_per_token_logps"] = torch.tensor(batch["ref"], dtype=torch.float64)[sl]
+            loss = t._compute_loss(None, inputs)
+            loss.backward()
+            total += loss.item()
+        metrics = {k: sum(v) / len(v) for k, v in t._metrics["train"].items()
+                   if k in ("kl", "cispo_clip_ratio", "entropy_coef") or k.endswith("_mean")}
+        steps.append({
+            "loss": total, "grad_logps": logps.grad.tolist(),
+            "grad_entropies": entropies.grad.tolist() if entropies.grad is not None else [[0.0] * T] * B,
+            "metrics": metrics, "entropy_coef_after": t.entropy_coef,
+        })
+    return {"options": opts, "steps": steps}
+
+
+def cases() -> list[dict]:
+    out: list[dict] = []
+
+    def add(batch: int, **opts) -> None:
+        out.append({"batch": batch, **opts})
+
+    for lt in LOSS_TYPES:
+        for level in ("token", "sequence"):
+            add(0, loss_type=lt, importance_sampling_level=level)  # every loss type at both ratio levels
+            add(1, loss_type=lt, importance_sampling_level=level, beta=0.05, use_bias_correction_kl=True)
+        add(1, loss_type=lt, beta=0.05)  # KL without the bias correction
+        add(0, loss_type=lt, old=False)  # on policy: old logprobs are the policy's own, detached
+        add(0, loss_type=lt, off_policy_mask_threshold=0.05, sampling=True)
+        add(1, loss_type=lt, off_policy_mask_threshold=0.0)  # no sampling logprobs: old ones stand in
+        add(0, loss_type=lt, top_entropy_quantile=0.4)
+        add(1, loss_type=lt, entropy_coef=0.03)
+        add(0, loss_type=lt, entropy_coef=0.02, use_adaptive_entropy=True, entropy_target=2.0,
+            entropy_coef_delta=0.01, steps=3)  # entropy ~1.25 <= target: off at step 1, then on and growing
+        add(1, loss_type=lt, entropy_coef=0.02, use_adaptive_entropy=True, entropy_target=0.5,
+            entropy_coef_delta=0.015, entropy_coef_min=0.01, steps=2)  # above target: coefficient decays to min
+        add(0, loss_type=lt, importance_sampling_level="sequence", top_entropy_quantile=0.5, entropy_coef=0.01,
+            off_policy_mask_threshold=0.02, sampling=True, beta=0.04, use_bias_correction_kl=True)
+    for lt in CLIPPED:
+        add(0, loss_type=lt, delta=1.3)
+        add(1, loss_type=lt, delta=1.25, epsilon_high=0.28, importance_sampling_level="sequence")
+    add(0, loss_type="grpo", epsilon=0.2, epsilon_high=0.28)
+    add(0, loss_type="cispo", epsilon_high=5.0)
+    add(1, loss_type="cispo", epsilon_high=1.1, top_entropy_quantile=0.0)  # quantile 0: only the top token
+    add(0, loss_type="sapo", sapo_temperature_pos=2.0, sapo_temperature_neg=3.5)
+    add(1, loss_type="sapo", sapo_temperature_pos=0.5, sapo_temperature_neg=1.05, importance_sampling_level="sequence",
+        top_entropy_quantile=1.0, off_policy_mask_threshold=0.1)
+    add(0, loss_type="dapo", epsilon_high=0.28, delta=1.5, off_policy_mask_threshold=0.05, sampling=True,
+        top_entropy_quantile=0.3, entropy_coef=0.01, use_adaptive_entropy=True, entropy_target=2.0, beta=0.02,
+        use_bias_correction_kl=True, steps=2)
+    return out
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    batches = [make_batch(s) for s in range(2)]
+    recorded = []
+    for c in cases():
+        c = dict(c)
+        batch = c.pop("batch")
+        rec = run_case(batches[batch], c)
+        for s in rec["steps"]:
+            assert math.isfinite(s["loss"]), c
+        recorded.append({"batch": batch, **rec})
+    OUT.write_text(json.dumps({"trl_version": trl.__version__, "B": B, "T": T, "gradient_accumulation_steps": GA,
+                               "batches": batches, "cases": recorded}, separators=(",", ":")) + "\n")
+    print(f"{len(recorded)} cases from TRL {trl.__version__} -> {OUT} ({OUT.stat().st_size // 1024} KiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Bad input is refused before launch, with the same message from the CLI and in the studio's form.
+
+Each case names the field and says what is wrong (the file, the line or row, the column, the reward);
+no run directory is created. The fixtures are small hand-made files in tests/data/.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.form import spec_to_values, validate_values
+from app.paths import Workspace
+from backend.checks import Machine, check, check_spec, plan
+from backend.spec import load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "presets" / "tiny-cpu.yaml"
+
+CASES = [
+    pytest.param(["data.sources=[tests/data/bad_json_line3.jsonl]"], "data.sources",
+                 "tests/data/bad_json_line3.jsonl: line 3: not valid JSON", id="malformed-jsonl-line"),
+    pytest.param(["data.sources=[tests/data/no_prompt_row2.jsonl]"], "data.prompt_column",
+                 "tests/data/no_prompt_row2.jsonl line 2: no 'prompt' column", id="row-without-prompt"),
+    pytest.param(["model.name_or_path=some-org/some-model"], "model.name_or_path",
+                 "not a local model directory, and the hub cannot be reached", id="hub-model-offline"),
+    pytest.param(["data.sources=[tests/data/no_solution.jsonl]", "rewards.functions=[{name: length}]"],
+                 "data.solution_column",
+                 "column 'solution' not in tests/data/no_solution.jsonl, which reward length needs", id="reward-needs-column"),
+    pytest.param(["data.sources=[assets/data/add_train.jsonl]",
+                  "rewards.functions=[{name: countdown, params: {nums_column: numbers}}]"],
+                 "rewards.functions", "column 'numbers' not in assets/data/add_train.jsonl, which reward countdown needs",
+                 id="reward-param-column"),
+]
+
+
+@pytest.mark.parametrize("overrides, field, words", CASES)
+def test_cli_refuses_before_launch(tmp_path: Path, overrides: list[str], field: str, words: str) -> None:
+    runs = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "backend.train", "--config", str(TINY), f"--set=output.runs_dir={runs}"]
+    cmd += [f"--set={o}" for o in overrides]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    line = next((x for x in proc.stderr.splitlines() if x.strip().startswith(f"- {field}:")), None)
+    assert line is not None and words in line, proc.stderr
+    assert not runs.exists() or not any(runs.iterdir())  # nothing was created
+
+
+@pytest.mark.parametrize("overrides, field, words", CASES)
+def test_form_shows_the_same_message_under_the_field(overrides: list[str], field: str, words: str) -> None:
+    v = validate_values(spec_to_values(load_spec(TINY, overrides)), ROOT, Workspace(ROOT))
+    assert not v.ok
+    assert any(words in m for m in v.by_field.get(field, [])), v.by_field
+
+
+def test_planner_and_launcher_agree_on_every_case() -> None:
+    """A spec the planner calls OK starts; one it refuses is refused by the launcher's check too."""
+    machine = Machine()  # no GPU, hf engine only, hub unreachable
+    for case in CASES:
+        spec = load_spec(TINY, case.values[0])
+        verdict = plan(spec, machine, ROOT)
+        assert not verdict.ok and verdict.issues == check(spec, ROOT, machine)
+    good = load_spec(TINY)
+    assert plan(good, machine, ROOT).ok and check(good, ROOT, machine) == []
+
+
+def test_well_formed_checks_do_not_depend_on_the_machine() -> None:
+    """GPU presets and hub models are well formed anywhere; only check_machine says they cannot start here."""
+    spec = load_spec(TINY, ["model.name_or_path=some-org/some-model"])
+    assert check_spec(spec, ROOT) == []
+    assert check(spec, ROOT, Machine(hub_reachable=True)) == []
+
+
+def test_scan_reports_other_formats(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from backend.data import scan_source
+
+    (tmp_path / "a.csv").write_text("prompt,solution\n1+1=,2\n2+2=\n")
+    scan = scan_source(tmp_path / "a.csv", ["prompt", "solution"])
+    assert scan.missing == {"solution": "row 2"} and not scan.absent("solution")
+    pq.write_table(pa.Table.from_pylist([{"prompt": "a", "solution": "1"}, {"prompt": None, "solution": "2"}]),
+                   tmp_path / "a.parquet")
+    assert scan_source(tmp_path / "a.parquet", ["prompt"]).missing == {"prompt": "row 2"}
+    (tmp_path / "a.json").write_text('[{"prompt": "a"}, 3]')
+    assert scan_source(tmp_path / "a.json", ["prompt"]).error == "row 2: not an object with columns (got int)"
+    (tmp_path / "b.jsonl").write_bytes(b'{"prompt": "\xff"}\n')
+    assert scan_source(tmp_path / "b.jsonl", ["prompt"]).error == "not UTF-8 text"
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    assert scan_source(tmp_path / "empty.jsonl", ["prompt"]).error == "no rows"
+
+
+def test_a_reward_that_scores_nothing_is_reported_in_status(tmp_path: Path) -> None:
+    from backend.launcher import create_run
+    from backend.train.loop import GRPOTrainer
+
+    plugin = tmp_path / "silent.py"
+    plugin.write_text("def silent(completions, prompts=None, **kw):\n    return [None] * len(completions)\n")
+    spec = load_spec(TINY, [f"output.runs_dir={tmp_path / 'runs'}", "algorithm.max_steps=2", "algorithm.prompts_per_step=2",
+                            "rollout.num_generations=2", "output.eval_steps=0", f"rewards.plugins=[{plugin}]",
+                            "rewards.functions=[{name: exact_match}, {name: silent}]"])
+    run = create_run(spec, ROOT)
+    GRPOTrainer(spec, run, ROOT).train()
+    warnings = run.read_status()["warnings"]
+    assert len(warnings) == 1 and "'silent' returned None for every completion in 2 rollout batch(es)" in warnings[0]
+
+    from app.runlist import run_info
+    from app.runs_tab import progress_html
+
+    html = progress_html(run_info(run), None, "en")
+    assert 'id="run-warnings"' in html and "silent" in html
