@@ -112,8 +112,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     budget_s = args.minutes * 60
-    base_spec = load_spec(TINY, ["output.save_steps=0", "output.eval_steps=0", "output.log_samples_steps=0",
-                                 *args.overrides])
+    # the budget ends the run, not max_steps (the preset's schedule is constant; pass --set to change either)
+    base_spec = load_spec(TINY, ["algorithm.max_steps=1000000", "output.save_steps=0", "output.eval_steps=0",
+                                 "output.log_samples_steps=0", *args.overrides])
     tok = AutoTokenizer.from_pretrained(ROOT / base_spec.model.name_or_path)
     base = AutoModelForCausalLM.from_pretrained(ROOT / base_spec.model.name_or_path, dtype=torch.float32)
     before = accuracy(base, tok, base_spec)
