@@ -73,6 +73,7 @@ class StepClock:
 
     def __init__(self) -> None:
         self.times: list[float] = [time.time()]
+        self.cpu: list[float] = [time.process_time()]  # this process's CPU seconds: robust to a shared machine
 
     def __getattr__(self, name: str):  # every other callback event is a no-op
         if name.startswith("on_"):
@@ -81,6 +82,7 @@ class StepClock:
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
         self.times.append(time.time())
+        self.cpu.append(time.process_time())
 
 
 def random_model(dest: Path, *, hidden: int | None = None, layers: int | None = None, intermediate: int | None = None,

@@ -6,11 +6,13 @@ Shapes (prompts x completions, max completion tokens):
     small   2 x 8, <= 16   the shipped tiny model: per-call overhead dominates
     preset  8 x 8, <= 6    presets/tiny-cpu.yaml as shipped
     long    8 x 8, <= 128  a random-initialised copy of the tiny model that never stops early
-    20m     8 x 8, <= 32   a random-initialised ~20 M-parameter Qwen2 that never stops early: compute dominates
+    20m     4 x 8, <= 32   a random-initialised ~20 M-parameter Qwen2 that never stops early: compute dominates
 Random models are made in a temp dir at run time (nothing is downloaded); "never stops" means EOS is a token
 past the model's vocabulary, so every completion is max length in both trainers.
 
-Both trainers are timed by wall clock between step ends (logging included), after WARMUP steps. Printed per
+Both trainers are timed by wall clock between step ends (logging included), after WARMUP steps; the ratio per CPU
+second (this process's CPU time over the same steps) is printed beside it, as it holds on a busy shared machine
+where wall clock swings with the neighbours' load (single-threaded: pin OMP_NUM_THREADS=1). Printed per
 shape: seconds per step, completion tokens per second, the ratio ours/TRL, the share of our step in each phase
 (from our metrics: rollout, reward, training forward+backward, optimizer, the rest), and the decode loop's time
 per token against the model's bare forward time for one token at that batch size (1.00 = no loop overhead).
@@ -48,8 +50,8 @@ class Shape:
 SHAPES = {
     "small": Shape("small", 2, 8, 16, 40),
     "preset": Shape("preset", 8, 8, 6, 40),
-    "long": Shape("long", 8, 8, 128, 12, "copy"),
-    "20m": Shape("20m", 8, 8, 32, 10, "20m"),
+    "long": Shape("long", 8, 8, 128, 8, "copy"),
+    "20m": Shape("20m", 4, 8, 32, 6, "20m"),
 }
 
 
@@ -62,12 +64,13 @@ def shape_spec(shape: Shape, model_dir: Path | None, overrides: list[str]) -> Ru
 
 
 def ours(spec: RunSpec) -> dict[str, float]:
-    ends: list[float] = []
-    rows = run_ours(spec, on_step=lambda trainer, row: ends.append(time.time()))
+    ends: list[tuple[float, float]] = []
+    rows = run_ours(spec, on_step=lambda trainer, row: ends.append((time.time(), time.process_time())))
     timed = rows[WARMUP:]
-    secs = ends[-1] - ends[WARMUP - 1]
+    secs = ends[-1][0] - ends[WARMUP - 1][0]
+    cpu = ends[-1][1] - ends[WARMUP - 1][1]
     tokens = sum(r["completions/mean_length"] * spec.completions_per_step for r in timed)
-    res = {"s_per_step": secs / len(timed), "tok_per_s": tokens / secs}
+    res = {"s_per_step": secs / len(timed), "tok_per_s": tokens / secs, "tok_per_cpu_s": tokens / cpu}
     step = sum(r["timing/step_s"] for r in timed)
     for k in PHASES:
         res[k] = sum(r.get(k, 0.0) for r in timed) / step
@@ -82,8 +85,9 @@ def trl(spec: RunSpec) -> dict[str, float]:
     logs = [h for h in trainer.state.log_history if "reward" in h]
     times = clock.times
     secs = times[-1] - times[WARMUP]
+    cpu = clock.cpu[-1] - clock.cpu[WARMUP]
     tokens = sum(h["completions/mean_length"] * spec.completions_per_step for h in logs[WARMUP:])
-    return {"s_per_step": secs / (len(times) - 1 - WARMUP), "tok_per_s": tokens / secs}
+    return {"s_per_step": secs / (len(times) - 1 - WARMUP), "tok_per_s": tokens / secs, "tok_per_cpu_s": tokens / cpu}
 
 
 def decode_vs_forward(spec: RunSpec, repeats: int = 5) -> dict[str, float]:
@@ -167,7 +171,7 @@ def main() -> None:
             shares = "  ".join(f"{k.split('/')[1].removesuffix('_s')} {100 * med['ours'][k]:.0f}%" for k in PHASES)
             line = (f"{name:7s} ours {med['ours']['s_per_step']:.3f} s/step {med['ours']['tok_per_s']:7.0f} tok/s | "
                     f"TRL {med['trl']['s_per_step']:.3f} s/step {med['trl']['tok_per_s']:7.0f} tok/s | "
-                    f"ratio {ratio:.2f}x")
+                    f"ratio {ratio:.2f}x (per CPU second: {med['ours']['tok_per_cpu_s'] / med['trl']['tok_per_cpu_s']:.2f}x)")
             if "ours-async" in med:
                 line += f" | async {med['ours-async']['tok_per_s'] / med['trl']['tok_per_s']:.2f}x"
             detail = (f"        our step: {shares}  other {100 * med['ours']['other']:.0f}% | decode "
