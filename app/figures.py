@@ -23,6 +23,7 @@ MAX_POINTS = 2000
 X_MODES = ("step", "elapsed", "wall")
 PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777",
            "#4b5563", "#65a30d"]
+EVAL_COLORS = ["#111827", "#b45309"]  # held-out curves: dark, apart from the training palette
 
 
 # ----------------------------------------------------------------------------- the table
@@ -298,7 +299,7 @@ def line_figure(table: MetricTable, title: str, series: Sequence[Series], x_mode
 
 
 def reward_figure(table: MetricTable, title: str, x_mode: str = "step", smoothing: float = 0.0,
-                  empty_message: str = "no data yet") -> Figure:
+                  empty_message: str = "no data yet", best: Any = None) -> Figure:
     """Mean reward with a ±std band, plus each reward function's mean."""
     if not table.has("reward"):
         return empty_figure(title, empty_message)
@@ -319,7 +320,32 @@ def reward_figure(table: MetricTable, title: str, x_mode: str = "step", smoothin
     for i, key in enumerate(table.keys_like("rewards/", "/mean")):
         fx, fy = prepare(x, table.get(key), smoothing)
         fig.add_trace(_line(fx, fy, key.split("/")[1], PALETTE[(i + 1) % len(PALETTE)], 1.3, "dot"))
+    _eval_traces(fig, table, x, best)
     return _layout(fig, title, x_mode)
+
+
+def _eval_traces(fig: Figure, table: MetricTable, x: np.ndarray, best: Any = None) -> None:
+    """Held-out eval reward (and the metric that picks the best checkpoint) beside the training reward, as
+    markers at the evaluated steps; the best checkpoint as a star. `best` has .step, .metric, .value."""
+    keys = ["eval/reward"]
+    if best is not None and best.metric not in keys:
+        keys.append(best.metric)
+    for j, key in enumerate(k for k in keys if table.has(k)):
+        y = table.get(key)
+        ok = np.isfinite(y)
+        if not ok.any():
+            continue
+        fig.add_trace({"type": "scatter", "x": _array(x[ok]), "y": _array(y[ok]), "name": f"held-out {key[5:]}",
+                       "mode": "lines+markers", "marker": {"size": 7, "symbol": "diamond"},
+                       "line": {"color": EVAL_COLORS[j % len(EVAL_COLORS)], "width": 1.5, "dash": "dash"}})
+    if best is not None and table.has(best.metric) and table.has("step"):
+        at = np.flatnonzero(table.get("step") == best.step)
+        if at.size:
+            fig.add_trace({"type": "scatter", "x": _array(x[at[-1:]]), "y": [best.value], "mode": "markers+text",
+                           "name": f"best checkpoint step-{best.step}", "text": [f"best step-{best.step}"],
+                           "textposition": "top center",
+                           "marker": {"size": 14, "symbol": "star", "color": "#f59e0b",
+                                      "line": {"color": "#92400e", "width": 1}}})
 
 
 def timing_figure(table: MetricTable, title: str, x_mode: str = "step", smoothing: float = 0.0,
@@ -384,15 +410,17 @@ _Y2 = {"reward_spread": "frac zero std", "lengths": "clipped", "policy": "clippe
 
 
 def build_dashboard(table: MetricTable, titles: dict[str, str], x_mode: str = "step", smoothing: float = 0.0,
-                    empty_message: str = "no data yet", only: Sequence[str] | None = None) -> dict[str, Figure]:
-    """Dashboard charts keyed by CHART_IDS (or just the `only` ones)."""
+                    empty_message: str = "no data yet", only: Sequence[str] | None = None,
+                    best: Any = None) -> dict[str, Figure]:
+    """Dashboard charts keyed by CHART_IDS (or just the `only` ones); `best` (backend.rundir.BestCheckpoint)
+    is starred on the reward chart."""
     wanted = [c for c in CHART_IDS if only is None or c in only]
     series = dashboard_series(table)
     out: dict[str, Figure] = {}
     for cid in wanted:
         title = titles.get(cid, cid)
         if cid == "reward":
-            out[cid] = reward_figure(table, title, x_mode, smoothing, empty_message)
+            out[cid] = reward_figure(table, title, x_mode, smoothing, empty_message, best)
         elif cid == "timing":
             out[cid] = timing_figure(table, title, x_mode, smoothing, empty_message)
         else:

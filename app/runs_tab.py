@@ -22,7 +22,7 @@ from app.runlist import RUN_COLUMNS, RunInfo, find_run, format_duration, progres
 from app.samples_view import SampleFilter, render_step
 from app.session import SessionMemo
 from backend import launcher
-from backend.rundir import ACTIVE_STATES, RunDir
+from backend.rundir import ACTIVE_STATES, BestCheckpoint, RunDir
 
 STATE_COLORS = {"running": "#16a34a", "starting": "#2563eb", "stopping": "#d97706", "stopped": "#6b7280",
                 "finished": "#0f766e", "failed": "#dc2626"}
@@ -37,7 +37,7 @@ def chart_titles(lang: str) -> dict[str, str]:
     return {cid: t(f"chart_{cid}", lang) for cid in CHART_IDS}
 
 
-def progress_html(info: RunInfo | None, tokens_per_s: float | None, lang: str) -> str:
+def progress_html(info: RunInfo | None, tokens_per_s: float | None, lang: str, best: BestCheckpoint | None = None) -> str:
     if info is None:
         return f'<div class="gs-muted">{html.escape(t("no_run", lang))}</div>'
     p = progress(info, tokens_per_s)
@@ -53,6 +53,9 @@ def progress_html(info: RunInfo | None, tokens_per_s: float | None, lang: str) -
         bits.append(f"{p.tokens_per_s:,.0f} {t('tok_s', lang)}")
     if info.reward is not None:
         bits.append(f"reward {info.reward:.3f}")
+    if best is not None:
+        text = t("best_checkpoint", lang, step=best.step, metric=best.metric, value=f"{best.value:.3f}")
+        bits.append(f'<span id="best-ckpt">{html.escape(text)}</span>')
     out = (f'<div class="gs-progress" data-state="{html.escape(info.state)}"><div class="gs-bar"><div style="width:{p.fraction * 100:.1f}%;'
            f'background:{color}"></div></div><div class="gs-progress-text">{" · ".join(bits)}</div></div>')
     if info.warnings:
@@ -180,17 +183,19 @@ class RunsTab:
 
         table = _EMPTY
         version: Any = "none"
+        best = None
         if info is not None:
             cache = self.config.store.get(info.path)
             table = cache.refresh_metrics()
             version = cache.version
+            best = RunDir(info.path).best_checkpoint()
         plots: dict[str, Any] = {}
         for group, chart_ids in (("main", MAIN_CHARTS), ("more", MORE_CHARTS)):
             if group == "more" and "more" not in (panels or []):
                 sess["dash_more"] = None  # redrawn when opened
                 plots.update(dict.fromkeys(chart_ids, gr.skip()))
                 continue
-            view = (run_id, round(float(smoothing or 0), 3), x_mode, lang)
+            view = (run_id, round(float(smoothing or 0), 3), x_mode, lang, best)
             prev = sess.get(f"dash_{group}")
             # New steps alone redraw at most every redraw_s (a Plotly redraw per chart per step is what
             # loads the browser most); a changed view (run, smoothing, axis, language) redraws at once.
@@ -201,11 +206,11 @@ class RunsTab:
             sess[f"dash_{group}"] = (view, version, now)
             empty = t("no_data" if info is not None else "no_runs", lang)
             plots.update(build_dashboard(table, chart_titles(lang), x_mode or "step", float(smoothing or 0), empty,
-                                         only=chart_ids))
+                                         only=chart_ids, best=best))
         plot_list = [plots[c] for c in self.plots]
 
         tps = table.last("throughput/completion_tokens_per_s") if info is not None else None
-        prog = progress_html(info, tps, lang)
+        prog = progress_html(info, tps, lang, best)
         prog_up = gr.skip() if sess.get("progress") == prog else prog
         sess["progress"] = prog
         if info is None:

@@ -1,4 +1,4 @@
-"""Assemble the studio: three pages (Build a run, Runs, Compare) of one Gradio app.
+"""Assemble the studio: four pages (Build a run, Runs, Compare, Evaluate) of one Gradio app.
 
 The live views are pages of their own, not tabs of one page, because Gradio's page does work per event
 that grows with (components taking part in any event) x (components on the page): the Build form has
@@ -17,6 +17,8 @@ import gradio as gr
 from app.build_tab import BuildTab, validate_form
 from app.compare_tab import CompareTab
 from app.config import StudioConfig
+from app.eval_tab import EvalTab
+from app.eval_view import EVAL_CSS
 from app.fields import Registry
 from app.form import fields
 from app.locales import LANG_NAMES, LANGS, t
@@ -27,7 +29,7 @@ from app.session import SessionMemo
 from backend import launcher
 from backend.spec import SpecError, load_spec
 
-CSS = SAMPLES_CSS + """
+CSS = SAMPLES_CSS + EVAL_CSS + """
 .gs-error textarea, .gs-error input, .gs-error .wrap { border-color: #dc2626 !important; }
 .gs-error .info, .gs-error [data-testid="block-info"] + div, .gs-error-text { color: #dc2626 !important; }
 .gs-actions { position: sticky; bottom: 0; z-index: 20; padding: 8px; box-shadow: 0 -2px 8px rgba(0,0,0,.08);
@@ -55,7 +57,8 @@ CSS = SAMPLES_CSS + """
 """
 
 
-PAGE_NAMES = {"build": "Build a run · 构建训练", "runs": "Runs · 运行", "compare": "Compare · 对比"}
+PAGE_NAMES = {"build": "Build a run · 构建训练", "runs": "Runs · 运行", "compare": "Compare · 对比",
+              "evaluate": "Evaluate · 评测"}
 NAV_JS = "(url) => { if (url) { window.location.assign(url); } }"
 LANG_KEY = "grpo-studio-lang"
 
@@ -68,6 +71,8 @@ def create_studio(config: StudioConfig, lang: str = "en") -> gr.Blocks:
         _runs_page(demo, config, lang)
     with demo.route(PAGE_NAMES["compare"], "compare"):
         _compare_page(demo, config, lang)
+    with demo.route(PAGE_NAMES["evaluate"], "evaluate"):
+        _eval_page(demo, config, lang)
     return demo
 
 
@@ -210,6 +215,28 @@ def _compare_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
     compare.wire_controls(memo, live)
     demo.load(live, None, c_out, show_progress="hidden")
     _wire_language(demo, reg, radio, store, on_change=_forget_drawn(memo), then=(live, [], c_out))
+
+
+def _eval_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
+    reg = Registry()
+    radio, store = _header(reg, lang, "subtitle_eval")
+    ev = EvalTab(config, reg, radio, lang)
+    timer = gr.Timer(config.refresh_s)
+    memo = SessionMemo({"lang": lang, "eval_out": None, "eval_sess": {}, "cmp_sel": []})
+    ev.wire(memo, radio)
+
+    def tick(request: gr.Request) -> list[Any]:
+        return ev.tick(memo.get(request))
+
+    timer.tick(tick, None, ev.tick_outputs(), trigger_mode="once", show_progress="hidden", concurrency_limit=8,
+               concurrency_id="eval-tick")
+    demo.load(tick, None, ev.tick_outputs(), show_progress="hidden")
+
+    def forget(lang: str, request: gr.Request) -> None:
+        m = memo.get(request)
+        m["lang"], m["eval_sess"] = lang, {}
+
+    _wire_language(demo, reg, radio, store, on_change=forget, then=(tick, [], ev.tick_outputs()))
 
 
 def session_defaults(lang: str, run_id: str | None) -> dict[str, Any]:

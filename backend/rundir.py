@@ -7,7 +7,8 @@ runs/<run_id>/
   samples.jsonl    logged completions with their rewards
   train.log        the trainer's stdout and stderr
   checkpoints/step-N/
-  eval/
+  eval/            during_training.jsonl (the trainer's eval_steps), one folder per evaluation
+                   (backend/eval/run.py: status.json, results.json, samples.jsonl)
 
 Readers (the studio, the CLI) use this module and never the trainer's internals.
 """
@@ -21,6 +22,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +137,34 @@ class RunDir:
         cps = self.checkpoints()
         return cps[-1] if cps else None
 
+    # evaluation
+    def eval_curve(self) -> list[dict[str, Any]]:
+        """Rows of eval/during_training.jsonl: {"step", "eval/reward", "eval/rewards/<fn>/mean", ...}."""
+        return read_jsonl(self.eval_dir / "during_training.jsonl")[0]
+
+    def best_checkpoint(self, metric: str = "") -> BestCheckpoint | None:
+        """The saved checkpoint with the highest eval metric among the steps evaluated during training.
+        metric '' = the first of eval/rewards/<fn>/mean for a correctness reward (accuracy,
+        multiple_choice, exact_match, countdown, counting), else eval/reward."""
+        rows = self.eval_curve()
+        if not rows:
+            return None
+        if not metric:
+            keys = {k for r in rows for k in r}
+            metric = next((f"eval/rewards/{fn}/mean" for fn in CORRECTNESS_REWARDS
+                           if f"eval/rewards/{fn}/mean" in keys), "eval/reward")
+        saved = {int(p.name.split("-")[1]) for p in self.checkpoints()}
+        scored = [(float(r[metric]), int(r["step"])) for r in rows
+                  if int(r.get("step", -1)) in saved and isinstance(r.get(metric), (int, float)) and r[metric] == r[metric]]
+        if not scored:
+            return None
+        value, step = max(scored, key=lambda x: (x[0], -x[1]))  # ties: the earlier checkpoint
+        return BestCheckpoint(step, metric, value, self.checkpoints_dir / f"step-{step}")
+
+    def evals(self) -> list[Path]:
+        """Evaluation folders under eval/, newest first."""
+        return list_evals(self.eval_dir)
+
     def log_tail(self, max_bytes: int = 20000) -> str:
         if not self.log_path.exists():
             return ""
@@ -143,6 +173,39 @@ class RunDir:
             size = f.tell()
             f.seek(max(0, size - max_bytes))
             return f.read().decode("utf-8", errors="replace")
+
+
+CORRECTNESS_REWARDS = ("accuracy", "multiple_choice", "exact_match", "countdown", "counting")
+
+
+@dataclass(frozen=True)
+class BestCheckpoint:
+    step: int
+    metric: str
+    value: float
+    path: Path
+
+
+def list_evals(folder: str | Path) -> list[Path]:
+    """Evaluation folders (those with a status.json) directly under `folder`, newest first."""
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and (p / "status.json").is_file()]
+    return sorted(found, key=lambda p: (p / "status.json").stat().st_mtime, reverse=True)
+
+
+def read_eval_status(folder: str | Path) -> dict[str, Any]:
+    """An evaluation folder's status.json as a watcher should see it: state running/finished/failed, done,
+    total, samples_per_s, eta_s, error; a running eval whose process is gone reads as failed."""
+    try:
+        st = json.loads((Path(folder) / "status.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    if st.get("state") == "running" and not process_alive(st.get("pid"), st.get("pid_create_time")):
+        st["state"] = "failed"
+        st["error"] = st.get("error") or "the evaluation process is gone"
+    return st
 
 
 def _json_default(o: Any) -> Any:

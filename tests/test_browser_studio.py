@@ -359,3 +359,55 @@ def test_soak_five_sessions_while_training(env):
     assert median < 2.0, summary
     assert worst < 10.0, summary  # slow under a saturated CPU is tolerated; a stalled page is not
     assert max(pings) < 2.0, summary  # the studio itself never keeps a request waiting
+
+
+def _choose(page, elem_id: str, text: str) -> None:
+    """Type into a Gradio dropdown and take the option (or the custom value) with Enter."""
+    box = page.locator(f"#{elem_id} input").first
+    box.click()
+    box.fill(text)
+    box.press("Enter")
+    page.locator("body").click(position={"x": 5, "y": 5})  # close the options list
+
+
+def test_evaluate_page_runs_compares_and_chats(env):
+    """Evaluate: an eval with progress runs to its results; a second one (greedy) is compared with it side
+    by side; chat streams a reply from the tiny model."""
+    page = new_page(env["browser"], env["studio"].url + "evaluate", "#eval-start")
+    expect(page.locator("#eval-model input")).to_have_value("assets/tiny-add")
+    _choose(page, "eval-data", "assets/data/add_test.jsonl")
+    page.locator("#eval-rewards input, #eval-rewards textarea").first.fill("exact_match")
+    # first 4 samples per prompt (2000 completions: long enough to watch the progress), then greedy
+    for ks in ("1,4", "1"):
+        page.locator("#eval-k input, #eval-k textarea").first.fill(ks)
+        before = page.locator("#eval-message").inner_text()
+        page.locator("#eval-start").click()
+        page.wait_for_function(f"(() => {{ const t = document.querySelector('#eval-message').innerText;"
+                               f" return t.includes('Started') && t !== {before!r}; }})()", timeout=30_000)
+        if ks == "1,4":
+            expect(page.locator("#eval-state")).to_have_attribute("data-state", "running", timeout=60_000)
+            expect(page.locator("#eval-progress")).to_contain_text("ETA")
+        expect(page.locator("#eval-state")).to_have_attribute("data-state", "finished", timeout=120_000)
+        expect(page.locator("#eval-progress")).to_contain_text("500/500")
+        expect(page.locator("#eval-results")).to_contain_text("pass@4" if ks == "1,4" else "accuracy")
+    page.screenshot(path=str(ARTIFACTS / "08-eval-finished.png"), full_page=False)
+
+    for _ in range(2):  # the two finished evaluations, in the order offered
+        page.locator("#cmp-evals input").first.click()
+        page.locator("#cmp-evals [role=option][aria-selected=false]").first.click()
+    expect(page.locator("#cmp-metrics")).to_contain_text("accuracy", timeout=30_000)
+    expect(page.locator("#cmp-table tr")).to_have_count(101)  # header + the first 100 prompts (the rest in the CSV)
+    assert page.locator("#cmp-table tr").nth(1).locator("td").count() == 3
+    page.locator("#cmp-filter label", has_text="base wrong, trained right").click()
+    expect(page.locator("#cmp-msg")).to_contain_text("of 500 prompts shown")
+    page.screenshot(path=str(ARTIFACTS / "09-eval-compare.png"), full_page=True)
+
+    page.locator("#chat-acc").get_by_text("Chat").first.click()
+    chat_in = page.locator("#chat-input textarea").first
+    chat_in.fill("12+34=")
+    chat_in.press("Enter")
+    expect(page.locator("#chat-a")).to_contain_text("12+34=", timeout=30_000)
+    page.wait_for_function("document.querySelectorAll('#chat-a .message-row, #chat-a [data-testid=\"bot\"]').length >= 2",
+                           timeout=60_000)
+    page.screenshot(path=str(ARTIFACTS / "10-eval-chat.png"), full_page=False)
+    page.close()

@@ -131,6 +131,7 @@ def soft_overlong(completions: list[Any], prompts: list[Any] | None = None,
 
 
 # Registration of the other built-in modules (they import `builtin` from the registry).
+from backend.rewards import choice as _choice  # noqa: E402,F401
 from backend.rewards import math_rewards as _math  # noqa: E402,F401
 from backend.rewards import reward_model as _rm  # noqa: E402,F401
 from backend.rewards import tasks as _tasks  # noqa: E402,F401

@@ -1,0 +1,355 @@
+"""The Evaluate page: run an evaluation with live progress, compare models' answers, chat, export.
+
+Evaluations and exports run as child processes (`python -m backend.eval`, `python -m backend.eval.export`,
+started with backend.project.child_env()); the page follows them through their folders only. Chat loads
+the chosen model into the studio process (cached, two at most) and streams the reply.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from app.config import StudioConfig
+from app.eval_view import (
+    EvalForm,
+    all_evals,
+    comparison_table,
+    data_choices,
+    eval_command,
+    metrics_rows,
+    model_choices,
+    progress_html,
+    resolve_data_ref,
+    resolve_model_ref,
+    side_by_side_html,
+)
+from app.fields import Registry
+from app.figures import reward_histogram
+from app.locales import t
+from app.paths import PathError
+from app.session import SessionMemo
+from backend.eval.compare import FILTERS, CompareError, compare, load_eval
+from backend.project import child_env
+from backend.rundir import read_eval_status
+
+MAX_CHAT_MODELS = 2
+
+
+class EvalTab:
+    def __init__(self, config: StudioConfig, reg: Registry, lang_input: Any, lang: str = "en") -> None:
+        self.config, self.lang_input = config, lang_input
+        self.evals_dir = config.runs_dir.parent / "evals"  # evaluations of models that are not runs
+        self._chat_models: OrderedDict[str, Any] = OrderedDict()
+        self._chat_lock = threading.Lock()
+        models = model_choices(config.runs_dir, config.workspace)
+        # ---------------------------------------------------------------- evaluate
+        with gr.Accordion(t("ev_run", lang), open=True) as acc:
+            reg.label(acc, "ev_run")
+            with gr.Row():
+                self.model = gr.Dropdown(models, value=models[0], allow_custom_value=True, scale=3,
+                                         label=t("ev_model", lang), info=t("ev_model_info", lang), elem_id="eval-model")
+                reg.label_info(self.model, "ev_model", "ev_model_info")
+                self.data = gr.Dropdown(data_choices(config.workspace), value="", allow_custom_value=True, scale=3,
+                                        label=t("ev_data", lang), info=t("ev_data_info", lang), elem_id="eval-data")
+                reg.label_info(self.data, "ev_data", "ev_data_info")
+            with gr.Row():
+                self.ks = reg.label(gr.Textbox("1", label=t("ev_k", lang), elem_id="eval-k"), "ev_k")
+                self.n = reg.label(gr.Number(0, precision=0, label=t("ev_n", lang), elem_id="eval-n"), "ev_n")
+                self.temperature = reg.label(gr.Number(None, label=t("ev_temperature", lang), elem_id="eval-temp"),
+                                             "ev_temperature")
+                self.max_tokens = reg.label(gr.Number(0, precision=0, label=t("ev_max_tokens", lang),
+                                                      elem_id="eval-max-tokens"), "ev_max_tokens")
+                self.limit = reg.label(gr.Number(0, precision=0, label=t("ev_limit", lang), elem_id="eval-limit"),
+                                       "ev_limit")
+                self.seed = reg.label(gr.Number(0, precision=0, label=t("ev_seed", lang), elem_id="eval-seed"), "ev_seed")
+                self.rewards = reg.label(gr.Textbox("", label=t("ev_rewards", lang), elem_id="eval-rewards"),
+                                         "ev_rewards")
+            with gr.Row():
+                self.run_btn = reg.value(gr.Button(t("ev_start", lang), variant="primary", elem_id="eval-start"),
+                                         "ev_start")
+                self.pair_btn = reg.value(gr.Button(t("ev_pair", lang), elem_id="eval-pair"), "ev_pair")
+            self.message = gr.Markdown(elem_id="eval-message")
+            self.progress = gr.HTML(elem_id="eval-progress")
+            self.results = gr.Dataframe(headers=["metric", "value"], interactive=False, elem_id="eval-results",
+                                        label=t("ev_results", lang))
+            reg.label(self.results, "ev_results")
+        # ---------------------------------------------------------------- compare
+        with gr.Accordion(t("ev_compare", lang), open=True) as acc:
+            reg.label(acc, "ev_compare")
+            labels = list(all_evals(config.runs_dir, self.evals_dir))
+            with gr.Row():
+                self.cmp_evals = gr.Dropdown(labels, value=[], multiselect=True, scale=3, label=t("ev_cmp_evals", lang),
+                                             info=t("ev_cmp_info", lang), elem_id="cmp-evals")
+                reg.label_info(self.cmp_evals, "ev_cmp_evals", "ev_cmp_info")
+                self.cmp_filter = gr.Radio([(t(f"ev_f_{f}", lang), f) for f in FILTERS], value="all", scale=2,
+                                           label=t("ev_filter", lang), elem_id="cmp-filter")
+                reg.add(self.cmp_filter, lambda lg: {"label": t("ev_filter", lg),
+                                                     "choices": [(t(f"ev_f_{f}", lg), f) for f in FILTERS]})
+            self.cmp_msg = gr.Markdown(elem_id="cmp-msg")
+            self.cmp_table = gr.Dataframe(interactive=False, elem_id="cmp-metrics", label=t("ev_cmp_table", lang))
+            reg.label(self.cmp_table, "ev_cmp_table")
+            with gr.Row():
+                self.cmp_hist = gr.Plot(show_label=False, elem_id="chart-cmp-hist")
+                self.cmp_csv = gr.DownloadButton(t("ev_csv", lang), elem_id="cmp-csv", visible=False)
+                reg.add(self.cmp_csv, lambda lg: {"label": t("ev_csv", lg)})
+            self.cmp_view = gr.HTML(elem_id="cmp-view")
+        # ---------------------------------------------------------------- chat
+        with gr.Accordion(t("ev_chat", lang), open=False, elem_id="chat-acc") as acc:
+            reg.label(acc, "ev_chat")
+            with gr.Row():
+                self.chat_a = gr.Dropdown(models, value=models[0], allow_custom_value=True, label=t("ev_chat_a", lang),
+                                          elem_id="chat-model-a")
+                reg.label(self.chat_a, "ev_chat_a")
+                self.chat_b = gr.Dropdown(["", *models], value="", allow_custom_value=True, label=t("ev_chat_b", lang),
+                                          elem_id="chat-model-b")
+                reg.label(self.chat_b, "ev_chat_b")
+            with gr.Row():
+                self.chat_temp = reg.label(gr.Slider(0, 2, value=0.7, step=0.05, label=t("ev_chat_temp", lang)),
+                                           "ev_chat_temp")
+                self.chat_top_p = gr.Slider(0.05, 1, value=1.0, step=0.05, label="top_p")
+                self.chat_max = reg.label(gr.Number(256, precision=0, label=t("ev_chat_max", lang),
+                                                    elem_id="chat-max"), "ev_chat_max")
+                self.chat_system = reg.label(gr.Textbox("", label=t("ev_system", lang)), "ev_system")
+            with gr.Row():
+                self.chat_view_a = gr.Chatbot(label="A", elem_id="chat-a", height=300)
+                self.chat_view_b = gr.Chatbot(label="B", elem_id="chat-b", height=300)
+            with gr.Row():
+                self.chat_msg = gr.Textbox(scale=4, show_label=False, placeholder=t("ev_chat_ph", lang),
+                                           elem_id="chat-input")
+                reg.add(self.chat_msg, lambda lg: {"placeholder": t("ev_chat_ph", lg)})
+                self.chat_send = reg.value(gr.Button(t("ev_send", lang), scale=1, elem_id="chat-send"), "ev_send")
+                self.chat_clear = reg.value(gr.Button(t("ev_clear", lang), scale=1), "ev_clear")
+        # ---------------------------------------------------------------- export
+        with gr.Accordion(t("ev_export", lang), open=False, elem_id="export-acc") as acc:
+            reg.label(acc, "ev_export")
+            with gr.Row():
+                self.exp_model = gr.Dropdown(models, value=models[0], allow_custom_value=True, scale=2,
+                                             label=t("ev_model", lang), elem_id="export-model")
+                reg.label(self.exp_model, "ev_model")
+                self.exp_out = reg.label(gr.Textbox("exports/model", scale=2, label=t("ev_export_out", lang),
+                                                    elem_id="export-out"), "ev_export_out")
+                self.exp_push = reg.label(gr.Textbox("", scale=1, label=t("ev_push", lang), elem_id="export-push"),
+                                          "ev_push")
+                self.exp_btn = reg.value(gr.Button(t("ev_export_btn", lang), scale=1, elem_id="export-btn"),
+                                         "ev_export_btn")
+            self.exp_msg = gr.Markdown(elem_id="export-msg")
+
+    # -------------------------------------------------------------------- evaluate
+
+    def _form(self, model: str, data: str, ks: str, n: Any, temp: Any, max_tokens: Any, limit: Any, seed: Any,
+              rewards: str) -> EvalForm:
+        ws, runs = self.config.workspace, self.config.runs_dir
+        return EvalForm(resolve_model_ref(model, runs, ws), resolve_data_ref(data, ws), (ks or "1").strip(),
+                        int(n or 0), None if temp in (None, "") else float(temp), int(max_tokens or 0),
+                        int(limit or 0), int(seed or 0), rewards or "")
+
+    def _out_dir(self, model_ref: str, tag: str) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        head = model_ref.rpartition(":")[0] if ":" in Path(model_ref).name else model_ref
+        run_dir = Path(head)
+        root = run_dir / "eval" if (run_dir / "spec.yaml").is_file() else self.evals_dir
+        out = root / f"{stamp}-studio-{tag}"
+        k = 1
+        while out.exists():
+            k += 1
+            out = root / f"{stamp}-studio-{tag}-{k}"
+        out.mkdir(parents=True)
+        return out
+
+    def _spawn(self, cmd: list[str], out: Path) -> None:
+        with (out / "eval.log").open("ab") as log:
+            subprocess.Popen(cmd, cwd=str(self.config.workspace.root), env=child_env(), stdout=log,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def on_run(self, lang: str, request: gr.Request, *args: Any) -> str:
+        try:
+            f = self._form(*args)
+        except (PathError, ValueError) as err:
+            return "⚠ " + html.escape(t("ev_bad", lang, err=err))
+        out = self._out_dir(f.model, "eval")
+        self._spawn(eval_command(f, out), out)
+        self.memo.get(request)["eval_out"] = str(out)
+        return t("ev_started", lang, out=self.config.workspace.rel(out))
+
+    def on_pair(self, lang: str, request: gr.Request, *args: Any) -> str:
+        """Evaluate the run's base model and the chosen checkpoint with the same prompts and seed, then compare."""
+        try:
+            f = self._form(*args)
+        except (PathError, ValueError) as err:
+            return "⚠ " + html.escape(t("ev_bad", lang, err=err))
+        head = f.model.rpartition(":")[0] if ":" in Path(f.model).name else f.model
+        if not (Path(head) / "spec.yaml").is_file():
+            return "⚠ " + t("ev_pair_needs_run", lang)
+        out = self._out_dir(f.model, "compare")
+        rest = eval_command(f, out)[5:]  # the options after "--model X", --out included
+        self._spawn([sys.executable, "-m", "backend.eval.compare", "--model", f"{head}:base", "--model", f.model, *rest],
+                    out)
+        m = self.memo.get(request)
+        m["eval_out"], m["pair"], m["pair_shown"] = str(out / "0"), [str(out / "0"), str(out / "1")], False
+        return t("ev_started", lang, out=self.config.workspace.rel(out))
+
+    def tick_outputs(self) -> list[Any]:
+        return [self.progress, self.results, self.cmp_evals]
+
+    def tick(self, m: dict[str, Any]) -> list[Any]:
+        sess = m.setdefault("eval_sess", {})
+        lang = m["lang"]
+        pair = m.get("pair")
+        if pair and m.get("eval_out") == pair[0] and (Path(pair[1]) / "status.json").is_file():
+            m["eval_out"] = pair[1]  # the base is done: follow the second model
+        out = Path(m["eval_out"]) if m.get("eval_out") else None
+        labels = {k: t(f"ev_p_{k}", lang) for k in ("none", "running", "finished", "failed", "prompts", "samples_s", "eta")}
+        prog = progress_html(out, labels)
+        prog_up = gr.skip() if sess.get("progress") == prog else prog
+        sess["progress"] = prog
+        res_up: Any = gr.skip()
+        if out is not None and read_eval_status(out).get("state") == "finished" and sess.get("results") != str(out):
+            try:
+                res_up = {"headers": ["metric", "value"], "data": metrics_rows(json.loads((out / "results.json").read_text()))}
+                sess["results"] = str(out)
+            except (OSError, json.JSONDecodeError):
+                pass
+        evals = all_evals(self.config.runs_dir, self.evals_dir)
+        finished = [k for k, p in evals.items() if (p / "results.json").is_file()]
+        cmp_up: Any = gr.skip()
+        if sess.get("evals") != finished:
+            sess["evals"] = finished
+            value = [v for v in (m.get("cmp_sel") or []) if v in finished]
+            if pair and all(Path(p).joinpath("results.json").is_file() for p in pair) and not m.get("pair_shown"):
+                value = [k for p in pair for k, v in evals.items() if str(v) == p]
+                m["pair_shown"] = True
+            m["cmp_sel"] = value
+            cmp_up = gr.update(choices=finished, value=value)
+        return [prog_up, res_up, cmp_up]
+
+    # -------------------------------------------------------------------- compare
+
+    def compare_outputs(self) -> list[Any]:
+        return [self.cmp_msg, self.cmp_table, self.cmp_view, self.cmp_hist, self.cmp_csv]
+
+    def on_compare(self, selected: list[str] | None, which: str, lang: str) -> list[Any]:
+        evals = all_evals(self.config.runs_dir, self.evals_dir)
+        chosen = [s for s in (selected or []) if s in evals]
+        if len(chosen) < 2:
+            return [t("ev_cmp_pick", lang), None, "", None, gr.update(visible=False)]
+        try:
+            loaded = [load_eval(evals[s]) for s in chosen]
+            for j, e in enumerate(loaded):  # numbered: two evaluations of the same model stay apart
+                e.label = f"{j}:{e.label}"
+            cmp = compare(loaded)
+        except CompareError as err:
+            return ["⚠ " + html.escape(str(err)), None, "", None, gr.update(visible=False)]
+        rows = cmp.filtered(which or "all")
+        csv_path = Path(tempfile.mkdtemp(prefix="grpo-compare-")) / "compare.csv"
+        csv_path.write_text(cmp.to_csv(which or "all"))
+        hist = reward_histogram(list(zip(cmp.labels, cmp.rewards, strict=True)), t("ev_hist", lang))
+        msg = t("ev_cmp_shown", lang, n=len(rows), total=len(cmp.rows))
+        return [msg, comparison_table(cmp), side_by_side_html(cmp, rows), hist,
+                gr.update(value=str(csv_path), visible=True)]
+
+    # -------------------------------------------------------------------- chat
+
+    def _chat_model(self, value: str) -> Any:
+        from backend.eval.chat import ChatModel
+
+        ref = resolve_model_ref(value, self.config.runs_dir, self.config.workspace)
+        with self._chat_lock:
+            if ref not in self._chat_models:
+                self._chat_models[ref] = ChatModel(ref, self.config.workspace.root)
+                while len(self._chat_models) > MAX_CHAT_MODELS:
+                    self._chat_models.popitem(last=False)
+            self._chat_models.move_to_end(ref)
+            return self._chat_models[ref]
+
+    def on_chat(self, message: str, hist_a: list[dict[str, Any]] | None, hist_b: list[dict[str, Any]] | None,
+                model_a: str, model_b: str, temp: float, top_p: float, max_tokens: Any, system: str, lang: str):
+        from backend.eval.chat import ChatSettings
+
+        hist_a, hist_b = list(hist_a or []), list(hist_b or [])
+        if not (message or "").strip():
+            yield hist_a, hist_b, gr.skip()
+            return
+        s = ChatSettings(temperature=float(temp), top_p=float(top_p), max_new_tokens=max(1, int(max_tokens or 256)),
+                         system_prompt=system or "")
+        targets = [(model_a, hist_a)] + ([(model_b, hist_b)] if (model_b or "").strip() else [])
+        for _, h in targets:
+            h.append({"role": "user", "content": message})
+            h.append({"role": "assistant", "content": ""})
+        for model, h in targets:
+            try:
+                chat = self._chat_model(model)
+                convo = [{"role": x["role"], "content": _text(x["content"])} for x in h[:-1]]
+                for partial in chat.stream(convo, s):
+                    h[-1] = {"role": "assistant", "content": partial}
+                    yield hist_a, hist_b, ""
+            except Exception as err:  # a model that does not load is shown in the chat, the studio keeps serving
+                h[-1] = {"role": "assistant", "content": f"⚠ {type(err).__name__}: {err}"}
+                yield hist_a, hist_b, ""
+
+    # -------------------------------------------------------------------- export
+
+    def on_export(self, model: str, out: str, push: str, lang: str) -> str:
+        ws = self.config.workspace
+        try:
+            ref = resolve_model_ref(model, self.config.runs_dir, ws)
+            dest = ws.resolve(out)
+        except PathError as err:
+            return "⚠ " + html.escape(t("ev_bad", lang, err=err))
+        cmd = [sys.executable, "-m", "backend.eval.export", "--model", ref, "--out", str(dest)]
+        if push.strip():
+            cmd += ["--push", push.strip()]
+        try:
+            p = subprocess.run(cmd, cwd=str(ws.root), env=child_env(), capture_output=True, text=True, timeout=3600)
+        except subprocess.TimeoutExpired:
+            return "⚠ " + t("ev_bad", lang, err="export took over an hour")
+        lines = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith(("saved", "pushed", "error"))]
+        text = "\n".join(lines) or (p.stdout + p.stderr)[-2000:]
+        return ("" if p.returncode == 0 else "⚠ ") + html.escape(text)
+
+    # -------------------------------------------------------------------- wiring
+
+    def wire(self, memo: SessionMemo, radio: Any) -> None:
+        self.memo = memo
+        form = [self.model, self.data, self.ks, self.n, self.temperature, self.max_tokens, self.limit, self.seed,
+                self.rewards]
+        self.run_btn.click(self._run_handler(self.on_run), [radio, *form], self.message, concurrency_limit=2)
+        self.pair_btn.click(self._run_handler(self.on_pair), [radio, *form], self.message, concurrency_limit=2)
+        cmp_in = [self.cmp_evals, self.cmp_filter, radio]
+        kw: dict[str, Any] = {"show_progress": "hidden", "concurrency_limit": 4, "trigger_mode": "always_last"}
+        self.cmp_evals.change(memo.setter("cmp_sel"), self.cmp_evals, None, queue=False)
+        self.cmp_evals.change(self.on_compare, cmp_in, self.compare_outputs(), **kw)
+        self.cmp_filter.change(self.on_compare, cmp_in, self.compare_outputs(), **kw)
+        chat_in = [self.chat_msg, self.chat_view_a, self.chat_view_b, self.chat_a, self.chat_b, self.chat_temp,
+                   self.chat_top_p, self.chat_max, self.chat_system, radio]
+        chat_out = [self.chat_view_a, self.chat_view_b, self.chat_msg]
+        self.chat_send.click(self.on_chat, chat_in, chat_out, concurrency_limit=2)
+        self.chat_msg.submit(self.on_chat, chat_in, chat_out, concurrency_limit=2)
+        self.chat_clear.click(lambda: ([], []), None, [self.chat_view_a, self.chat_view_b], queue=False)
+        self.exp_btn.click(self.on_export, [self.exp_model, self.exp_out, self.exp_push, radio], self.exp_msg,
+                           concurrency_limit=1)
+
+    @staticmethod
+    def _run_handler(fn: Any) -> Any:
+        def handler(lang: str, model: str, data: str, ks: str, n: Any, temp: Any, max_tokens: Any, limit: Any,
+                    seed: Any, rewards: str, request: gr.Request) -> str:
+            return fn(lang, request, model, data, ks, n, temp, max_tokens, limit, seed, rewards)
+        return handler
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # Gradio may hand back [{"type": "text", "text": ...}]
+        return "".join(c.get("text", "") if isinstance(c, dict) else str(c) for c in content)
+    return str(content)

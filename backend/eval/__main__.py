@@ -1,0 +1,5 @@
+import sys
+
+from backend.eval.cli import main
+
+sys.exit(main())

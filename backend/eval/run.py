@@ -1,0 +1,351 @@
+"""One evaluation: a model on a data set, n samples per prompt, scored by reward functions.
+
+Writes into its output folder (RUN_DIR/eval/<eval_id>/ by default, see `default_out_dir`):
+  status.json    state (running, finished, failed), pid, prompts done/total, samples/s, ETA; rewritten
+                 atomically after every batch, so the studio shows progress by reading one file
+  results.json   the settings, metrics (backend/eval/metrics.py), per-function means, thinking metrics
+  samples.jsonl  one row per sample: prompt index, sample index, prompt, completion, solution,
+                 extracted answer, correct, reward (weighted total), rewards per function, tokens,
+                 truncated, thinking metrics
+Prompts are sampled in fixed batches with seeds derived from `seed` and the batch index, so two models
+evaluated with the same data, batch size and seed see the same prompts in the same order (what
+compare.py lines up).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from backend.data import load_rows, render_prompt
+from backend.eval.benchmarks import Benchmark, load_benchmark, math_answer, parse_data_ref, plain_answer
+from backend.eval.metrics import PromptResult, summarize
+from backend.eval.refs import ModelChoice, load_model, load_tokenizer, resolve_model
+from backend.eval.thinking import DEFAULT_SWITCHES, ThinkingStats, summarize_thinking, thinking_stats
+from backend.rewards.scorer import RewardScorer
+from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams
+from backend.rundir import CORRECTNESS_REWARDS, atomic_write_text, read_eval_status
+from backend.spec import DataSection, RewardFunction, RewardsSection
+
+ENGINES = ("hf", "vllm", "lmdeploy")
+
+
+@dataclass
+class EvalConfig:
+    model: str
+    data: str = ""  # '' = the run's data.eval_sources
+    ks: list[int] = field(default_factory=lambda: [1])
+    n: int = 0  # samples per prompt; 0 = max(ks)
+    temperature: float | None = None  # None: greedy when n == 1, else the run's (or 1.0); 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 0  # 0 = the run's max_completion_length, else 1024
+    limit: int = 0
+    seed: int = 0
+    batch: int = 16  # prompts per generate() call (also the progress granularity)
+    engine: str = "hf"
+    device: str = "cpu"
+    rewards: list[str] = field(default_factory=list)  # override the reward functions
+    correct: str = ""  # the function whose score >= 1 means correct; '' = see correctness_index
+    system_prompt: str = ""
+    think_markers: list[str] = field(default_factory=lambda: list(DEFAULT_SWITCHES))
+    judge: str = ""  # a local causal LM directory that finds the first correct position instead of the rule
+    out: str = ""
+    base_dir: str = "."
+
+
+@dataclass
+class EvalData:
+    label: str
+    rows: list[dict[str, Any]]
+    data: DataSection
+    rewards: RewardsSection
+    bench: Benchmark | None
+    extract: Callable[[str], str | None]
+
+
+class EvalError(ValueError):
+    pass
+
+
+def resolve_data(cfg: EvalConfig, choice: ModelChoice) -> EvalData:
+    base_dir = Path(cfg.base_dir)
+    spec = choice.spec
+    if cfg.data:
+        bench, path = parse_data_ref(cfg.data)
+    elif spec is not None and spec.data.eval_sources:
+        bench, path = None, ""
+    else:
+        raise EvalError("--data is required (the model is not a run with data.eval_sources)")
+    if bench is not None:
+        data = DataSection(prompt_column="prompt", solution_column="solution", system_prompt=cfg.system_prompt)
+        rows = load_benchmark(bench, path, base_dir)
+        rewards = RewardsSection(functions=[RewardFunction(name=bench.reward)])
+        label, extract = bench.name, bench.extract_answer
+    else:
+        if spec is not None:
+            data = spec.data.model_copy(update={"limit": 0})
+            rewards = spec.rewards
+            rbase = choice.base_dir
+        else:
+            data, rewards, rbase = DataSection(), RewardsSection(functions=[RewardFunction(name="accuracy")]), base_dir
+        if cfg.system_prompt:
+            data = data.model_copy(update={"system_prompt": cfg.system_prompt})
+        sources = [path] if path else list(spec.data.eval_sources)  # type: ignore[union-attr]
+        rows = load_rows(sources, data, 0, base_dir if path else rbase)
+        label = Path(sources[0].split("#")[0]).stem if len(sources) == 1 else "eval_sources"
+        names = [f.name for f in rewards.functions]
+        extract = math_answer if "accuracy" in names else plain_answer
+    if cfg.rewards:
+        rewards = RewardsSection(functions=[RewardFunction(name=n) for n in cfg.rewards], plugins=rewards.plugins)
+    if cfg.limit:
+        rows = rows[: cfg.limit]
+    if not rows:
+        raise EvalError(f"data {cfg.data or 'eval_sources'}: no rows")
+    return EvalData(label, rows, data, rewards, bench, extract)
+
+
+def correctness_index(names: list[str], wanted: str) -> int:
+    """Which reward function decides correctness: `wanted`, else the first correctness built-in, else the first."""
+    if wanted:
+        if wanted not in names:
+            raise EvalError(f"--correct {wanted!r} is not among the reward functions {names}")
+        return names.index(wanted)
+    return next((names.index(n) for n in CORRECTNESS_REWARDS if n in names), 0)
+
+
+def candidate_matches(candidate: str, gold: Any) -> bool:
+    """The rule for an intermediate answer: equal after removing spaces, commas and $, or equal numbers."""
+    def norm(s: str) -> str:
+        return re.sub(r"[\s,$]", "", s)
+    c, g = norm(str(candidate)), norm(str(gold))
+    if c == g:
+        return True
+    try:
+        from fractions import Fraction
+        return Fraction(c) == Fraction(g)
+    except (ValueError, ZeroDivisionError):
+        return False
+
+
+def open_engine(cfg: EvalConfig, choice: ModelChoice, tokenizer: Any) -> RolloutEngine:
+    """An engine behind the RolloutEngine interface. hf loads the weights here. vllm and lmdeploy are built
+    by the rollout package's engine factory, `backend.rollout.worker.build_engine(WorkerConfig(...))`, in this
+    process; they load merged weights from a folder, so an adapter is first merged into a temporary one."""
+    if cfg.engine == "hf":
+        from backend.rollout.hf import HFEngine
+
+        return HFEngine(load_model(choice, cfg.device), tokenizer)
+    if cfg.engine not in ENGINES:
+        raise EvalError(f"--engine {cfg.engine!r}: one of {', '.join(ENGINES)}")
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec(cfg.engine) is None:
+        raise EvalError(f"--engine {cfg.engine}: the {cfg.engine} package is not installed here (use --engine hf)")
+    try:
+        worker = importlib.import_module("backend.rollout.worker")
+        build, make_cfg = worker.build_engine, worker.WorkerConfig
+    except (ImportError, AttributeError) as err:
+        raise EvalError(f"--engine {cfg.engine}: this checkout has no engine factory "
+                        f"(backend.rollout.worker.build_engine): {err}") from None
+    path = choice.weights
+    if choice.is_adapter:
+        import tempfile
+
+        from backend.eval.export import export_model
+
+        path = export_model(choice, Path(tempfile.mkdtemp(prefix="grpo-eval-merged-"))).path
+    spec = choice.spec
+    return build(make_cfg(engine=cfg.engine, model=str(path), device="cpu" if cfg.device == "cpu" else "cuda",
+                          seed=cfg.seed, dtype=spec.model.dtype if spec else "auto",
+                          trust_remote_code=bool(spec and spec.model.trust_remote_code)))
+
+
+def default_out_dir(choice: ModelChoice, data_label: str, base_dir: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = re.sub(r"[^\w.-]+", "-", f"{choice.label}-{data_label}")[:60]
+    root = choice.run.eval_dir if choice.run is not None else base_dir / "evals"
+    out = root / f"{stamp}-{name}"
+    k = 1
+    while out.exists():
+        k += 1
+        out = root / f"{stamp}-{name}-{k}"
+    return out
+
+
+class Progress:
+    """status.json of an eval folder, rewritten atomically; plus a log line per update."""
+
+    def __init__(self, out: Path, total: int, info: dict[str, Any]) -> None:
+        import psutil
+
+        self.path, self.total, self.t0 = out / "status.json", total, time.time()
+        me = psutil.Process()
+        self.base = {"pid": os.getpid(), "pid_create_time": me.create_time(), "total": total, **info}
+        self.write("running", 0)
+
+    def write(self, state: str, done: int, samples: int = 0, error: str = "") -> None:
+        elapsed = time.time() - self.t0
+        rate = samples / elapsed if elapsed > 0 else 0.0
+        eta = elapsed / done * (self.total - done) if done else None
+        st = {**self.base, "state": state, "done": done, "elapsed_s": elapsed, "samples_per_s": rate,
+              "eta_s": eta if state == "running" else 0.0, "error": error, "updated_at": time.time()}
+        atomic_write_text(self.path, json.dumps(st, indent=1))
+        if state == "running" and done:
+            eta_s = f"{eta:.0f}s" if eta is not None else "?"
+            print(f"eval {done}/{self.total} prompts  {rate:.1f} samples/s  ETA {eta_s}", file=sys.stderr, flush=True)
+
+
+read_status = read_eval_status  # the studio reads it through backend.rundir
+
+
+def run_eval(cfg: EvalConfig, log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> dict[str, Any]:
+    """Run the evaluation of the module docstring and return results.json's content."""
+    try:
+        return _run_eval(cfg, log)
+    except BaseException as err:
+        # an eval launched with --out (the studio's way) reports even an early failure in its folder
+        if cfg.out and not (Path(cfg.out) / "status.json").is_file():
+            Path(cfg.out).mkdir(parents=True, exist_ok=True)
+            atomic_write_text(Path(cfg.out) / "status.json", json.dumps(
+                {"state": "failed", "pid": os.getpid(), "done": 0, "total": 0, "error": f"{type(err).__name__}: {err}",
+                 "updated_at": time.time()}))
+        raise
+
+
+def _run_eval(cfg: EvalConfig, log: Callable[[str], None]) -> dict[str, Any]:
+    base_dir = Path(cfg.base_dir)
+    if any(k < 1 for k in cfg.ks):
+        raise EvalError(f"--k {cfg.ks}: every k must be >= 1")
+    n = cfg.n or max(cfg.ks)
+    if max(cfg.ks) > n:
+        raise EvalError(f"pass@{max(cfg.ks)} needs --n >= {max(cfg.ks)} samples per prompt (got {n})")
+    choice = resolve_model(cfg.model, base_dir)
+    ed = resolve_data(cfg, choice)
+    out = Path(cfg.out) if cfg.out else default_out_dir(choice, ed.label, base_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = choice.spec
+    temperature = cfg.temperature
+    if temperature is None:
+        temperature = 0.0 if n == 1 else (spec.rollout.temperature if spec else 1.0)
+    max_tokens = cfg.max_tokens or (spec.rollout.max_completion_length if spec else 1024)
+    settings = {"model": cfg.model, "model_label": choice.label, "weights": str(choice.weights),
+                "data": cfg.data or "eval_sources", "data_label": ed.label, "n": n, "ks": sorted(set(cfg.ks)),
+                "temperature": temperature, "top_p": cfg.top_p, "top_k": cfg.top_k, "max_tokens": max_tokens,
+                "seed": cfg.seed, "batch": cfg.batch, "engine": cfg.engine, "limit": cfg.limit, "out": str(out)}
+    progress = Progress(out, len(ed.rows), {"settings": settings, "out": str(out)})
+    try:
+        results = _evaluate(cfg, choice, ed, out, n, temperature, max_tokens, settings, progress, log)
+    except BaseException as err:
+        progress.write("failed", 0, error=f"{type(err).__name__}: {err}")
+        raise
+    return results
+
+
+def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: int, temperature: float,
+              max_tokens: int, settings: dict[str, Any], progress: Progress, log: Callable[[str], None]) -> dict[str, Any]:
+    t_load = time.time()
+    tok = load_tokenizer(choice)
+    engine = open_engine(cfg, choice, tok)
+    scorer = RewardScorer(ed.rewards, base_dir=choice.base_dir if choice.spec else Path(cfg.base_dir))
+    judge = None
+    if cfg.judge:
+        from backend.eval.thinking import LocalJudge
+
+        judge = LocalJudge(cfg.judge, cfg.device)
+    load_s = time.time() - t_load
+    progress.t0 = time.time()  # rate and ETA from the first batch on (loading is not sampling)
+    ci = correctness_index(scorer.names, cfg.correct)
+    greedy = temperature == 0
+    log(f"evaluating {choice.label} ({choice.weights}) on {ed.label}: {len(ed.rows)} prompts x {n} samples, "
+        f"{'greedy' if greedy else f'temperature {temperature}'}, max {max_tokens} tokens, engine {cfg.engine}")
+
+    def count(text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    per_prompt: list[PromptResult] = []
+    think: list[ThinkingStats | None] = []
+    gen_s = score_s = 0.0
+    mats: list[np.ndarray] = []
+    samples_path = out / "samples.jsonl"
+    samples_path.write_text("")
+    done = 0
+    with scorer, samples_path.open("a") as sf:
+        for b, i0 in enumerate(range(0, len(ed.rows), cfg.batch)):
+            rows = ed.rows[i0:i0 + cfg.batch]
+            texts = [render_prompt(r, ed.data, tok) for r in rows]
+            ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+            sp = SamplingParams(n=n, max_tokens=max_tokens, temperature=1.0 if greedy else temperature,
+                                top_p=1.0 if greedy else cfg.top_p, top_k=1 if greedy else cfg.top_k,
+                                seed=cfg.seed * 1_000_003 + b)
+            t0 = time.time()
+            groups = engine.generate([PromptInput(x) for x in ids], sp)
+            gen_s += time.time() - t0
+            flat = [c for g in groups for c in g]
+            rep_rows = [r for r in rows for _ in range(n)]
+            t0 = time.time()
+            mat = scorer.score([t for t in texts for _ in range(n)], [c.text for c in flat], rep_rows,
+                               [c.token_ids for c in flat])
+            score_s += time.time() - t0
+            mats.append(mat)
+            totals = np.nansum(mat * scorer.weights[None, :], axis=1)
+            for p, (row, text, group) in enumerate(zip(rows, texts, groups, strict=True)):
+                sub = mat[p * n:(p + 1) * n]
+                correct = [bool(s[ci] >= 1.0 - 1e-6) for s in sub]  # NaN compares False
+                answers = [ed.extract(c.text) for c in group]
+                gold = row.get("solution")
+                stats = [thinking_stats(c.text, ok, (lambda a, g=gold: candidate_matches(a, g)) if gold is not None else None,
+                                        count, cfg.think_markers,
+                                        judge.for_question(text, str(gold)) if judge is not None else None)
+                         for c, ok in zip(group, correct, strict=True)]
+                think.extend(stats)
+                per_prompt.append(PromptResult(correct, answers, [len(c.token_ids) for c in group],
+                                               [c.finish_reason == "length" for c in group],
+                                               [float(x) for x in totals[p * n:(p + 1) * n]]))
+                for j, c in enumerate(group):
+                    rec = {"index": i0 + p, "sample": j, "prompt": text, "completion": c.text,
+                           "solution": gold if isinstance(gold, (str, int, float)) or gold is None else str(gold),
+                           "answer": answers[j], "correct": correct[j], "reward": float(totals[p * n + j]),
+                           "rewards": {nm: _num(sub[j, k]) for k, nm in enumerate(scorer.names)},
+                           "tokens": len(c.token_ids), "truncated": c.finish_reason == "length",
+                           "thinking": stats[j].to_dict() if stats[j] is not None else None}
+                    sf.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            sf.flush()
+            done += len(rows)
+            progress.write("running", done, done * n)
+    engine.close()
+    metrics = summarize(per_prompt, settings["ks"])
+    allm = np.concatenate(mats)
+    fn_means = {f"rewards/{nm}/mean": None if np.isnan(allm[:, k]).all() else _num(np.nanmean(allm[:, k]))
+                for k, nm in enumerate(scorer.names)}
+    total = len(ed.rows) * n
+    results = {**settings, "correct_function": scorer.names[ci], "metrics": {**metrics, **fn_means},
+               "thinking": summarize_thinking(think),
+               "timing": {"load_s": load_s, "generate_s": gen_s, "score_s": score_s,
+                          "samples_per_s": total / gen_s if gen_s > 0 else None,
+                          "samples_per_s_with_scoring": total / (gen_s + score_s) if gen_s + score_s > 0 else None},
+               "finished_at": time.time()}
+    atomic_write_text(out / "results.json", json.dumps(results, indent=1, ensure_ascii=False))
+    progress.write("finished", done, total)
+    m = results["metrics"]
+    log(f"accuracy {m['accuracy']:.4f}  " + "  ".join(f"pass@{k} {m[f'pass@{k}']:.4f}" for k in settings["ks"])
+        + f"  maj@{n} {m[f'maj@{n}']:.4f}  mean length {m['mean_length']:.1f}  truncated {m['truncation_rate']:.3f}"
+        + f"  ({results['timing']['samples_per_s'] or 0:.1f} samples/s)")
+    log(f"results: {out / 'results.json'}")
+    return results
+
+
+def _num(x: Any) -> float | None:
+    v = float(x)
+    return None if math.isnan(v) else v
