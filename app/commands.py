@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 
 from app.form import changed_fields
+from backend.launcher import training_command
 from backend.spec import RunSpec, load_spec
 
 DEFAULT_PRESET = "tiny-cpu"
@@ -77,7 +78,13 @@ def train_command(spec: RunSpec, preset: str = "", presets_dir: str | Path = "pr
     lines = [" ".join(shlex.quote(a) for a in args[:3 + len(base_args)])]
     for i in range(3 + len(base_args), len(args), 2):
         lines.append(f"  {args[i]} {shlex.quote(args[i + 1])}")
-    return " \\\n".join(lines)
+    command = " \\\n".join(lines)
+    res = spec.resources
+    if res.world_size > 1:  # the trainer then supervises its ranks, started as:
+        ranks = " ".join(shlex.quote(a) for a in training_command(spec))
+        command += (f"\n# {res.world_size} training ranks ({res.nnodes} node(s) x {res.ranks_per_node}"
+                    + (f", DeepSpeed ZeRO-{res.deepspeed_stage}" if res.deepspeed_stage else "") + f"), started as:\n# {ranks}")
+    return command
 
 
 def export_yaml(spec: RunSpec, out_dir: str | Path, name: str = "runspec") -> Path:

@@ -269,8 +269,37 @@ def _check_split(spec: RunSpec, issues: list[SpecIssue]) -> None:
         issues.append(SpecIssue("rollout.engine", f"{r.engine} needs GPUs; use engine hf on cpu"))
     if res.device == "cpu" and (res.train_gpus or res.rollout_gpus):
         issues.append(SpecIssue("resources.device", "device cpu cannot use train_gpus/rollout_gpus"))
-    if res.deepspeed_stage and res.device == "cpu":
-        issues.append(SpecIssue("resources.deepspeed_stage", "DeepSpeed needs GPUs; use stage 0 on cpu"))
+    _check_ranks(spec, issues)
+
+
+def _check_ranks(spec: RunSpec, issues: list[SpecIssue]) -> None:
+    """Data-parallel ranks (torchrun, DeepSpeed): the batch splits into whole groups per rank."""
+    res, a, G = spec.resources, spec.algorithm, spec.rollout.num_generations
+    W = res.world_size
+    if res.node_rank >= res.nnodes:
+        issues.append(SpecIssue("resources.node_rank", f"{res.node_rank} is not below nnodes ({res.nnodes})"))
+    if res.nnodes > 1 and not res.master_port:
+        issues.append(SpecIssue("resources.master_port", "several nodes must agree on a port: set one (e.g. 29500)"))
+    if res.nnodes > 1 and res.master_addr in ("127.0.0.1", "localhost", ""):
+        issues.append(SpecIssue("resources.master_addr", "several nodes need node 0's address that the others can "
+                                                         "reach, not localhost"))
+    if res.train_gpus and res.nproc_per_node and res.nproc_per_node != len(res.train_gpus):
+        issues.append(SpecIssue("resources.nproc_per_node", f"{res.nproc_per_node} ranks per node do not match the "
+                                                            f"{len(res.train_gpus)} train_gpus (one rank per GPU)"))
+    if a.prompts_per_step % W:
+        issues.append(SpecIssue("algorithm.prompts_per_step",
+                                f"{a.prompts_per_step} prompts cannot be split into whole groups over {W} training ranks; "
+                                "use a multiple of the rank count"))
+    elif (a.prompts_per_step // W * G) % a.gradient_accumulation_steps:
+        issues.append(SpecIssue("algorithm.gradient_accumulation_steps",
+                                f"each of the {W} ranks gets {a.prompts_per_step // W * G} completions, which do not "
+                                f"split evenly into {a.gradient_accumulation_steps} micro-batches"))
+    if res.offload and not res.deepspeed_stage:
+        issues.append(SpecIssue("resources.offload", "optimizer offload is a DeepSpeed ZeRO feature: set deepspeed_stage >= 1"))
+    if res.offload_params and res.deepspeed_stage != 3:
+        issues.append(SpecIssue("resources.offload_params", "parameter offload needs deepspeed_stage 3"))
+    if res.deepspeed_config and not res.deepspeed_stage:
+        issues.append(SpecIssue("resources.deepspeed_config", "a DeepSpeed config needs deepspeed_stage >= 1"))
 
 
 def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
@@ -329,7 +358,24 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
     _check_data(spec, base, issues)
     _check_rewards(spec, base, issues)
     _check_split(spec, issues)
+    if spec.resources.deepspeed_config:
+        _check_deepspeed_config(_local(base, spec.resources.deepspeed_config), issues)
     return issues
+
+
+def _check_deepspeed_config(path: Path, issues: list[SpecIssue]) -> None:
+    import json
+
+    if not path.is_file():
+        issues.append(SpecIssue("resources.deepspeed_config", f"no such file: {path}"))
+        return
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, OSError) as err:
+        issues.append(SpecIssue("resources.deepspeed_config", f"{path} is not valid JSON: {err}"))
+        return
+    if not isinstance(data, dict):
+        issues.append(SpecIssue("resources.deepspeed_config", f"{path} must hold a JSON object"))
 
 
 # ----------------------------------------------------------------------------- runnable here
@@ -354,10 +400,13 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
         missing = [g for g in ids if g >= n]
         if n and missing:
             issues.append(SpecIssue(fld, f"GPU(s) {missing} not visible (this machine has {n})"))
-    if len(res.train_gpus) > 1 or res.deepspeed_stage:
-        issues.append(SpecIssue("resources.train_gpus" if len(res.train_gpus) > 1 else "resources.deepspeed_stage",
-                                "multi-GPU training (torchrun/DeepSpeed) is not available in this version yet; "
-                                "use one training GPU and deepspeed_stage 0"))
+    if res.deepspeed_stage and importlib.util.find_spec("deepspeed") is None:
+        issues.append(SpecIssue("resources.deepspeed_stage", "DeepSpeed is not installed here: pip install "
+                                                             "deepspeed==0.19.8 (the 'dist' extra), or use stage 0"))
+    on_cuda = res.device == "cuda" or (res.device == "auto" and n > 0)
+    if on_cuda and n and not res.train_gpus and res.ranks_per_node > n:
+        issues.append(SpecIssue("resources.nproc_per_node", f"{res.ranks_per_node} ranks need as many GPUs "
+                                                            f"(this machine has {n}); list them in train_gpus"))
     if spec.data.images_column:
         issues.append(SpecIssue("data.images_column", "multimodal GRPO is not available in this version yet"))
     return issues
@@ -399,6 +448,9 @@ def plan(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -> Plan:
     if on_cpu:
         threads = res.num_threads or "default"
         lines.append(f"CPU: training and sampling ({r.engine} engine) in one process, torch threads: {threads}")
+        if res.world_size > 1:
+            lines.append(f"data parallel training over {res.world_size} CPU ranks (gloo)"
+                         + (f", DeepSpeed ZeRO-{res.deepspeed_stage}" if res.deepspeed_stage else ""))
     else:
         train = res.train_gpus or ([g for g in visible if g not in res.rollout_gpus]
                                    if r.placement == "separate" else visible[:1])

@@ -84,12 +84,20 @@ def _scale_rewards(v: Any) -> str:
 def _deepspeed(v: Any, res: ImportResult, opt: str) -> None:
     s = str(_first(v)).lower()
     m = re.search(r"zero[_-]?(\d)", s)
-    if m:
+    if m and not s.endswith(".json"):
         res.values["resources.deepspeed_stage"] = int(m.group(1))
-        if "offload" in s:
+        if "offload" in s:  # ms-swift's and TRL's zero3_offload offload parameters too
             res.values["resources.offload"] = True
+            if m.group(1) == "3":
+                res.values["resources.offload_params"] = True
+    elif s.endswith(".json"):
+        res.values["resources.deepspeed_config"] = str(_first(v))
+        if m:
+            res.values["resources.deepspeed_stage"] = int(m.group(1))
+        else:
+            res.unmapped.append(f"{opt} {v} (set resources.deepspeed_stage to the file's ZeRO stage)")
     else:
-        res.unmapped.append(f"{opt} {v} (a DeepSpeed config file: set resources.deepspeed_stage instead)")
+        res.unmapped.append(f"{opt} {v} (a DeepSpeed config file: set resources.deepspeed_config and deepspeed_stage)")
 
 
 # ----------------------------------------------------------------------------- shared option table

@@ -19,6 +19,7 @@ from backend.checks import validate_or_raise
 from backend.project import child_env
 from backend.rundir import ACTIVE_STATES, RunDir, new_run_dir, process_alive
 from backend.spec import RunSpec, save_spec
+from backend.train.supervise import rank_command, ranks_alive, stop_ranks
 
 
 def default_run_name(spec: RunSpec, preset: str = "") -> str:
@@ -51,6 +52,15 @@ def _spawn(args: list[str], run: RunDir, base_dir: str | Path) -> int:
     return proc.pid
 
 
+def training_command(spec: RunSpec, run_dir: str = "RUN_DIR") -> list[str]:
+    """What a launch runs for `spec`: the trainer, or with several ranks the torchrun line its supervisor
+    starts (`python -m backend.train --run-dir DIR` stays the process the launcher spawns and stops)."""
+    if spec.resources.world_size <= 1:
+        return ["python", "-m", "backend.train", "--run-dir", run_dir]
+    port = spec.resources.master_port or 29500  # 0 picks a free port at launch
+    return ["torchrun", *rank_command(spec, ["--run-dir", run_dir], python="", port=port)[3:]]
+
+
 def launch(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> RunDir:
     run = create_run(spec, base_dir, preset)
     _spawn(["--run-dir", str(run.path.resolve())], run, base_dir)
@@ -71,15 +81,18 @@ def stop(run: RunDir, force: bool = False) -> str:
     st = run.read_status()
     pid = st.get("pid")
     if not process_alive(pid, st.get("pid_create_time")):
+        if ranks_alive(run):  # the supervisor is gone but ranks are not: end them
+            stop_ranks(run, force=True)
         if st.get("state") in ACTIVE_STATES:
             run.write_status(state="stopped" if force else "failed", error=st.get("error") or "process not running")
         return "not running"
     try:
         if force:
             os.killpg(os.getpgid(pid), signal.SIGKILL)
+            stop_ranks(run, force=True)  # torchrun's ranks lead their own sessions: not in that group
             run.write_status(state="stopped", error="killed")
             return "killed"
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGTERM)  # a supervisor passes it on to every rank
         run.write_status(state="stopping")
         return "stopping"
     except ProcessLookupError:

@@ -111,13 +111,40 @@ class RolloutSection(Section):
 
 class ResourcesSection(Section):
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Training device; auto = cuda if present, else cpu.")
-    train_gpus: list[int] = Field([], description="GPU indices for training (empty = all visible, or cpu).")
+    train_gpus: list[int] = Field([], description="GPU indices for training, one rank each (empty = one GPU, or cpu).")
     rollout_gpus: list[int] = Field([], description="GPU indices for the rollout engines when placement is separate.")
-    deepspeed_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (0 = plain PyTorch).",
+    nproc_per_node: int = Field(0, ge=0, le=1024, description=(
+        "Training ranks on each node (0 = one per train_gpus entry, at least 1). On cpu, >1 runs data-parallel "
+        "ranks with the gloo backend."), json_schema_extra=_adv())
+    nnodes: int = Field(1, ge=1, le=4096, description="Nodes that run training ranks (torchrun --nnodes).",
+                        json_schema_extra=_adv())
+    node_rank: int = Field(0, ge=0, le=4095, description="This node's index among nnodes (0 writes the run directory).",
+                           json_schema_extra=_adv())
+    master_addr: str = Field("127.0.0.1", description="Address of node 0, where the ranks meet (torchrun --master_addr).",
+                             json_schema_extra=_adv())
+    master_port: int = Field(0, ge=0, le=65535, description="Port of node 0 for the ranks to meet (0 = a free port; "
+                                                            "set one for several nodes).", json_schema_extra=_adv())
+    deepspeed_stage: int = Field(0, ge=0, le=3, description=(
+        "DeepSpeed ZeRO stage: 0 = plain PyTorch (torch.distributed), 1/2 = shard optimizer states (and gradients), "
+        "3 = shard parameters too."), json_schema_extra=_adv())
+    offload: bool = Field(False, description="Offload optimizer states to CPU memory (DeepSpeed, stage >= 1).",
+                          json_schema_extra=_adv())
+    offload_params: bool = Field(False, description="Offload parameters to CPU memory (DeepSpeed ZeRO-3).",
                                  json_schema_extra=_adv())
-    offload: bool = Field(False, description="Offload optimizer states to CPU (DeepSpeed).", json_schema_extra=_adv())
+    deepspeed_config: str = Field("", description=(
+        "A DeepSpeed JSON file merged over the generated config (keys it sets win; batch sizes stay the trainer's)."),
+                                  json_schema_extra=_adv())
     num_threads: int = Field(0, ge=0, le=1024, description="CPU threads for torch (0 = torch's default).",
                              json_schema_extra=_adv())
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.nproc_per_node or max(1, len(self.train_gpus))
+
+    @property
+    def world_size(self) -> int:
+        """Training ranks in all: nnodes x ranks per node."""
+        return self.nnodes * self.ranks_per_node
 
 
 class AlgorithmSection(Section):

@@ -85,3 +85,4 @@ def test_a_step_with_no_signal_still_steps_the_optimizer(tmp_path: Path) -> None
         torch.testing.assert_close(out[True][0][k], v)
     assert any(not torch.equal(out[True][0][k], start[k]) for k in start)  # momentum moved the weights
     assert out[True][1]["loss"] == 0.0 and out[True][1]["grad_norm"] == 0.0
+    assert out[True][1]["clip_ratio/low_mean"] == out[False][1]["clip_ratio/low_mean"] == 0.0  # the same keys

@@ -136,7 +136,7 @@ def test_duplicate_reward_and_missing_reward_model_are_rejected() -> None:
 @pytest.mark.parametrize(("overrides", "field"), [
     (["rollout.engine=vllm"], "rollout.engine"),
     (["resources.device=cuda"], "resources.device"),
-    (["resources.deepspeed_stage=2", "resources.device=auto"], "resources.deepspeed_stage"),
+    (["resources.train_gpus=[0, 1]"], "resources.device"),
 ])
 def test_launch_refuses_what_this_machine_cannot_run(overrides, field, tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)

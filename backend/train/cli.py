@@ -3,6 +3,7 @@
     python -m backend.train --config presets/tiny-cpu.yaml [--set section.field=value ...]
     python -m backend.train --resume runs/<run_id>
     python -m backend.train --list-options          # every option with its default, bounds and help
+    python -m backend.train --join runs/<run_id> --node-rank 1   # another node's ranks of a multi-node run
 
 The first line of stdout is the run directory. A bad config exits 2 with messages naming the
 fields, and creates no run directory. The studio launches `--run-dir DIR` (spec.yaml already there,
@@ -61,9 +62,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     g.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped or killed run from its last checkpoint")
     g.add_argument("--run-dir", help=argparse.SUPPRESS)  # the launcher's entry: spec.yaml is already in place
     g.add_argument("--list-options", action="store_true", help="print every option and exit")
+    g.add_argument("--join", metavar="RUN_DIR", help="start this node's ranks of a multi-node run that node 0 "
+                                                     "started (RUN_DIR on a filesystem both nodes see)")
+    ap.add_argument("--node-rank", type=int, default=1, help="with --join: this node's index (1 .. nnodes-1)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                     help="override one option (repeatable)")
     ap.add_argument("--preset", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--resumed", action="store_true", help=argparse.SUPPRESS)  # a rank of a resumed run
     return ap.parse_args(argv)
 
 
@@ -76,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from backend.launcher import create_run  # validates before anything is created
 
+    if args.join:
+        return _join(args.join, args.node_rank)
     tee = True
     if args.config:
         try:
@@ -98,18 +105,22 @@ def main(argv: list[str] | None = None) -> int:
         except SpecError as err:
             print(err, file=sys.stderr)
             return 2
-        resume = bool(args.resume)
+        resume = bool(args.resume) or args.resumed
         st = run.read_status()
         # the launcher records the pid of the process it spawns, i.e. this one, before we get here
-        if (resume and st.get("state") in ACTIVE_STATES and st.get("pid") != os.getpid()
+        if (args.resume and st.get("state") in ACTIVE_STATES and st.get("pid") != os.getpid()
                 and process_alive(st.get("pid"), st.get("pid_create_time"))):
             print(f"{run.path} is still {st['state']} (pid {st['pid']}); stop it before resuming", file=sys.stderr)
             return 2
         tee = not args.run_dir
         base_dir = Path(run.read_status().get("base_dir") or base_dir)
 
-    from backend.train import signals
+    from backend.train import signals, supervise
 
+    worker = supervise.is_rank_worker()
+    rank = int(os.environ.get("RANK", "0")) if worker else 0
+    if worker:
+        return _rank_main(spec, run, base_dir, resume, rank)
     signals.install()  # before the heavy imports below: an early SIGTERM still ends in 'stopped'
     print(run.path, flush=True)
     if tee:
@@ -120,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     import psutil
 
     run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
+    if spec.resources.world_size > 1:  # this process supervises the ranks torchrun starts
+        return supervise.supervise(spec, run, ["--run-dir", str(run.path.resolve())] + (["--resumed"] if resume else []))
     from backend.train.loop import GRPOTrainer, error_summary
 
+    trainer = None
     try:
         trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
         trainer.train()
@@ -132,5 +146,65 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         run.write_status(state="failed", error=error_summary(err))
         return 1
+    finally:
+        if trainer is not None:
+            trainer.ranks.close()  # DeepSpeed on one process still holds a process group
 
 
+def _rank_main(spec, run: RunDir, base_dir: Path, resume: bool, rank: int) -> int:
+    """One training rank under torchrun: rank 0 writes the run directory, the others only their rank file."""
+    from backend.train import signals, supervise
+
+    signals.install()
+    supervise.register_rank(run, rank)
+    if rank != 0:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - one copy of the progress lines; stderr stays
+    from backend.train.loop import GRPOTrainer, error_summary
+
+    try:
+        trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
+        trainer.train()
+        trainer.ranks.close()
+        supervise.write_rank_file(run, rank, exited=True)
+        return 0
+    except Exception as err:
+        import time
+        import traceback
+
+        import torch.distributed as tdist
+
+        traceback.print_exc()
+        supervise.write_rank_file(run, rank, error=error_summary(err), error_time=time.time(),
+                                  dist_error=isinstance(err, tdist.DistError) or _peer_gone(err))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)  # no clean-up: it could wait forever on peers that are gone; torchrun ends the rest
+
+
+def _peer_gone(err: BaseException) -> bool:
+    """A communication error that only says another rank went away (gloo raises plain RuntimeErrors)."""
+    text = str(err).lower()
+    return any(m in text for m in ("connection closed by peer", "connection reset by peer", "broken pipe",
+                                   "remote worker crashing", "socket timeout"))
+
+
+def _join(run_dir: str, node_rank: int) -> int:
+    """Node N > 0 of a multi-node run: supervise this node's ranks; node 0 alone writes the run's status.
+    Its ranks resume when the run has a checkpoint (node 0's resume), as torchrun's rendezvous waits for
+    every node before the first step, no checkpoint can appear in between."""
+    run = RunDir(run_dir)
+    try:
+        spec = load_spec(run.spec_path)
+    except SpecError as err:
+        print(err, file=sys.stderr)
+        return 2
+    if not 0 < node_rank < spec.resources.nnodes:
+        print(f"--node-rank {node_rank}: this run has resources.nnodes = {spec.resources.nnodes}; "
+              f"other nodes are 1 .. {spec.resources.nnodes - 1}", file=sys.stderr)
+        return 2
+    from backend.train import signals, supervise
+
+    signals.install()
+    spec = spec.model_copy(update={"resources": spec.resources.model_copy(update={"node_rank": node_rank})})
+    resumed = run.latest_checkpoint() is not None
+    return supervise.supervise(spec, run, ["--run-dir", str(run.path.resolve())] + (["--resumed"] if resumed else []))

@@ -34,7 +34,7 @@ from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams, der
 from backend.rollout.hf import HFEngine, left_pad
 from backend.rundir import RunDir
 from backend.spec import AlgorithmSection, RunSpec
-from backend.train import grpo
+from backend.train import dist, grpo
 from backend.train.batch import PendingRollout, Prompt, Rollout, ScoredGroup
 from backend.train.builders import (
     build_engine,
@@ -58,21 +58,25 @@ class StopRequested(Exception):
 
 class GRPOTrainer:
     def __init__(self, spec: RunSpec, run: RunDir, base_dir: Path, resume: bool = False):
-        self.spec, self.run, self.base_dir = spec, run, base_dir
+        self.ranks = dist.setup(spec)  # one rank: every hook of it is the identity (backend/train/dist.py)
+        self.spec, self.run, self.base_dir = spec, self.ranks.run_view(run), base_dir
         a = spec.algorithm
         if spec.resources.num_threads:
             torch.set_num_threads(spec.resources.num_threads)
-        self.device = resolve_device(spec)
+        self.device = self.ranks.device or resolve_device(spec)
         _seed_everything(a.seed)
 
         ckpt = run.latest_checkpoint() if resume else None
         self.tokenizer = load_tokenizer(spec, base_dir)
         self.policy = build_policy(spec, base_dir, self.device, ckpt)
-        self.reference = build_reference(spec, base_dir, self.device, self.policy)
+        self.reference = self.ranks.wrap_reference(spec, build_reference(spec, base_dir, self.device, self.policy))
         self.optimizer = build_optimizer(spec, self.policy)
         self.scheduler = build_scheduler(spec, self.optimizer)
         self.autocast_dtype = compute_dtype(spec)  # bf16 compute over fp32 master weights, or None
-        self.engine: RolloutEngine = build_engine(spec, self.policy, self.tokenizer, self.autocast_dtype)
+        engine_model = self.ranks.engine_model(self.policy)  # rank 0 samples; under ZeRO-3 with a full copy
+        self.engine: RolloutEngine | None = None if engine_model is None else \
+            build_engine(spec, engine_model, self.tokenizer, self.autocast_dtype)
+        self.ranks.wrap(spec, self.policy, self.optimizer, base_dir)  # DeepSpeed ZeRO (stage >= 1)
         self.scorer = RewardScorer(spec.rewards, base_dir=base_dir, device=str(self.device))
         self.weights = torch.tensor(self.scorer.weights)
 
@@ -91,14 +95,14 @@ class GRPOTrainer:
         self.telemetry = Telemetry()
         self.skip_zero_advantage = True  # leave all-zero-advantage groups out of the loss pass where exact
         self.last_timings: dict[str, float] = {}  # the last optimizer_step's forward+backward and optimizer seconds
-        self.sinks = make_sinks(spec.output.report_to, run.path, spec.model_dump(mode="json"))
+        self.sinks = make_sinks(spec.output.report_to if self.ranks.is_main else [], run.path, spec.model_dump(mode="json"))
         self.started = time.time()
         self.elapsed_before = 0.0
         self.resumed_in_flight = None  # async: the rollout that was being sampled when the checkpoint was taken
         self.unscored: dict[str, tuple[int, int]] = {}  # reward name -> (first rollout, batches) scored all None
         if ckpt is not None:
             self._load_state(ckpt)
-        run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
+        self.run.truncate_after_step(self.step)  # rows past the checkpoint are redone, never duplicated
 
     # ------------------------------------------------------------------ rollout
 
@@ -283,11 +287,14 @@ class GRPOTrainer:
         B, G = ro.completion_ids.shape[0], r.num_generations
         ga = a.gradient_accumulation_steps
         mb = B // ga
-        total_tokens = float(ro.loss_mask.sum())
+        total_tokens, total_seqs = self.ranks.global_counts(ro.loss_mask)  # whole step, all ranks
         acc: dict[str, float] = {"loss": 0.0, "kl": 0.0, "entropy": 0.0}
         control = self.entropy_control
         coef = control.apply()  # the same coefficient for every micro-batch of the step, as TRL
-        skip = self.skip_zero_advantage and mb % G == 0 and not control.enabled and zero_advantage_skippable(a)
+        # one process only: ranks must run the same collectives and report the same metrics (and DeepSpeed
+        # counts micro-batches to find its accumulation boundary)
+        skip = (self.skip_zero_advantage and mb % G == 0 and not control.enabled and self.ranks.world == 1
+                and zero_advantage_skippable(a))
         ent_sum = ent_tokens = 0.0
         trained = 0  # micro-batches that ran
         t0 = time.time()
@@ -306,12 +313,12 @@ class GRPOTrainer:
                 logps, old, ro.advantages[rows].to(self.device), mask,
                 loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
                 is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
-                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens, global_num_seqs=B,
-                delta=a.delta or None, sapo_temperature_pos=a.sapo_temperature_pos,
+                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens,
+                global_num_seqs=total_seqs, delta=a.delta or None, sapo_temperature_pos=a.sapo_temperature_pos,
                 sapo_temperature_neg=a.sapo_temperature_neg, use_bias_correction_kl=a.use_bias_correction_kl,
                 off_policy_mask_threshold=a.off_policy_mask_threshold or None, sampling_logps=samp,
                 top_entropy_quantile=a.top_entropy_quantile, entropies=ent, entropy_coef=coef)
-            out.loss.backward()
+            self.ranks.backward(out.loss)
             # token-mean metrics of the micro-batch: skipped tokens count in the denominator, never in a numerator
             share = float(mask.sum()) / max(float(ro.loss_mask[sl].sum()), 1.0) if rows is not sl else 1.0
             acc["loss"] += out.loss.item()
@@ -323,24 +330,22 @@ class GRPOTrainer:
             ent_tokens += out.entropy_tokens
         acc["entropy"] = acc["entropy"] / trained if trained else math.nan
         if not trained:  # nothing ran: zero gradients, so AdamW still steps (momentum, weight decay) as it would
+            for k in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+                acc[k] = 0.0  # what the skipped tokens give: zero advantage never clips
             for p in self.policy.parameters():
                 if p.requires_grad and p.grad is None:
                     p.grad = torch.zeros_like(p)
         if control.enabled:
-            control.update(ent_sum, ent_tokens)
+            control.update(*self.ranks.sum(ent_sum, ent_tokens))  # every rank keeps the same coefficient
             acc["entropy_coef"] = control.coef  # after this step's update, as TRL logs it
         t1 = time.time()
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm if a.max_grad_norm > 0 else math.inf)
-        acc["grad_norm"] = float(grad_norm)
         acc["learning_rate"] = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
+        acc["grad_norm"] = self.ranks.step(self.policy, self.optimizer, a.max_grad_norm)  # reduce, clip, update
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
         if a.beta == 0:
             acc.pop("kl")
         self.last_timings = {"forward_backward_s": t1 - t0, "optimizer_s": time.time() - t1}
-        return acc
+        return self.ranks.reduce_metrics(acc)
 
     # ------------------------------------------------------------------ weights, eval, checkpoints
 
@@ -354,14 +359,14 @@ class GRPOTrainer:
         if self.engine_shares_policy:
             return 0.0
         t0 = time.time()
-        self.engine.update_weights(self.policy.named_parameters())
+        self.ranks.push_weights(self.engine, self.policy)  # ZeRO-3: gathered in buckets, all ranks take part
         return time.time() - t0
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Greedy eval of the current policy (an async engine holds the previous version and is busy)."""
         prompts = [(p.text, p.ids) for p in (self._prompt(i, self.eval_rows, "eval") for i in range(len(self.eval_rows)))]
-        engine = self.engine if self.engine_shares_policy else \
+        engine = self.engine if self.engine_shares_policy or self.ranks.params_sharded else \
             HFEngine(self.policy, self.tokenizer, autocast_dtype=self.autocast_dtype)
         return greedy_eval(engine, self.tokenizer, self.eval_rows, self.spec.data, self.scorer,
                            self.spec.rollout.max_completion_length, prompts)
@@ -369,7 +374,7 @@ class GRPOTrainer:
     def maybe_evaluate(self) -> dict[str, float]:
         """Greedy eval on eval steps (also kept in eval/during_training.jsonl); {} otherwise."""
         every = self.spec.output.eval_steps
-        if not every or self.step % every:
+        if not every or self.step % every or not self.ranks.is_main:
             return {}
         ev = self.evaluate()
         self.run.eval_dir.mkdir(exist_ok=True)
@@ -382,14 +387,20 @@ class GRPOTrainer:
         ckpt = self.run.checkpoints_dir / f"step-{self.step}"
         if (ckpt / "COMPLETE").exists():
             return ckpt
+        # full states, gathered from the ranks (all take part); rank 0 writes them in the one-rank format
+        weights = self.ranks.model_state(self.policy)
+        optimizer = self.ranks.optimizer_state(self.policy, self.optimizer)
+        pending = self.ranks.gather_pending(self.pending)
+        if not self.ranks.is_main:
+            return ckpt
         final, ckpt = ckpt, self.run.checkpoints_dir / f".step-{self.step}.tmp"
         shutil.rmtree(ckpt, ignore_errors=True)
         ckpt.mkdir(parents=True)
-        self.policy.save_pretrained(ckpt / "model", safe_serialization=True)
+        self.policy.save_pretrained(ckpt / "model", safe_serialization=True, state_dict=weights)
         self.tokenizer.save_pretrained(ckpt / "model")
         save_trainer_state(ckpt / "trainer_state.pt", step=self.step, rollouts_done=self.rollouts_done,
-                           sampler=self.sampler.state_dict(), optimizer=self.optimizer.state_dict(),
-                           scheduler=self.scheduler.state_dict(), pending=self.pending, in_flight=in_flight,
+                           sampler=self.sampler.state_dict(), optimizer=optimizer,
+                           scheduler=self.scheduler.state_dict(), pending=pending, in_flight=in_flight,
                            elapsed_s=self.elapsed())
         if self.entropy_control.adaptive:  # the controller's state, as TRL's entropy_ctrl_state.json
             (ckpt / ENTROPY_STATE).write_text(json.dumps({"entropy_coef": self.entropy_control.coef,
@@ -408,9 +419,9 @@ class GRPOTrainer:
         state = load_trainer_state(ckpt / "trainer_state.pt")  # tensors and plain data only, RNGs restored
         self.step, self.rollouts_done = state.step, state.rollouts_done
         self.sampler.load_state_dict(state.sampler)
-        self.optimizer.load_state_dict(state.optimizer)
+        self.ranks.load_optimizer_state(self.policy, self.optimizer, state.optimizer)
         self.scheduler.load_state_dict(state.scheduler)
-        self.pending = state.pending
+        self.pending = self.ranks.shard_pending(state.pending)
         self.resumed_in_flight = state.in_flight
         self.elapsed_before = state.elapsed_s
         if self.entropy_control.adaptive and (ckpt / ENTROPY_STATE).is_file():
@@ -449,7 +460,8 @@ class GRPOTrainer:
                               error="")
         print(f"training {a.max_steps} steps on {self.device}: {len(self.rows)} prompts, "
               f"{self.spec.completions_per_step} completions per step", flush=True)
-        pool = ThreadPoolExecutor(max_workers=1) if self.spec.rollout.async_generation else None
+        is_async, main = self.spec.rollout.async_generation, self.ranks.is_main
+        pool = ThreadPoolExecutor(max_workers=1) if is_async and main else None  # rank 0 samples
         in_flight: Future[Rollout] | None = None
         if pool is not None and self.resumed_in_flight is not None:
             in_flight = Future()
@@ -462,23 +474,27 @@ class GRPOTrainer:
 
         def next_rollout() -> Rollout:
             nonlocal in_flight
-            if pool is None:
+            if not is_async:
                 self.rollouts_done += 1
-                return self.make_rollout(self.rollouts_done, self.step)
-            if in_flight is None:
-                self.rollouts_done += 1
-                in_flight = pool.submit(self.make_rollout, self.rollouts_done, self.step)
-            ro = in_flight.result()
-            in_flight = None
+                return self.ranks.scatter_rollout(self.make_rollout(self.rollouts_done, self.step) if main else None)
+            ro = None
+            if pool is not None:
+                if in_flight is None:
+                    self.rollouts_done += 1
+                    in_flight = pool.submit(self.make_rollout, self.rollouts_done, self.step)
+                ro = in_flight.result()
+                in_flight = None
             # weights must not change under a running generation: load them now, then start the next one
-            ro.timings["weight_sync_s"] = self.sync_weights()
-            if self.step + a.num_iterations < a.max_steps:
+            t_sync = self.sync_weights()
+            if pool is not None and self.step + a.num_iterations < a.max_steps:
                 self.rollouts_done += 1
                 in_flight = pool.submit(self.make_rollout, self.rollouts_done, self.step)
+            ro = self.ranks.scatter_rollout(ro)  # each rank keeps its shard of whole groups
+            ro.timings["weight_sync_s"] = t_sync
             return ro
 
         try:
-            if STOP.is_set():  # asked to stop while loading
+            if self.ranks.any(STOP.is_set()):  # asked to stop while loading
                 raise StopRequested
             while self.step < a.max_steps:
                 t_step = time.time()
@@ -496,7 +512,7 @@ class GRPOTrainer:
                     train = self.optimizer_step(ro)
                     self.step += 1
                     self.pending = PendingRollout(ro, it + 1) if it + 1 < a.num_iterations else None
-                    t_sync = 0.0 if pool is not None else self.sync_weights()
+                    t_sync = 0.0 if is_async else self.sync_weights()
                     first = it == 0  # the rollout's own timings belong to its first update only
                     prep = ro.timings.get("prep_s", 0.0) if first else 0.0  # old/ref logprob passes
                     timing = {
@@ -520,7 +536,7 @@ class GRPOTrainer:
                         checkpoint()
                     if self.on_step is not None:
                         self.on_step(self, row)
-                    if STOP.is_set() or self.step == self.stop_at_step:
+                    if self.ranks.any(STOP.is_set()) or self.step == self.stop_at_step:
                         raise StopRequested
                     t_step = time.time()
             checkpoint()
