@@ -157,7 +157,8 @@ def test_two_ranks_on_two_nodes_match_one_rank_and_write_once(one_rank: RunDir, 
     ref = read_jsonl(one_rank.metrics_path)[0]
     assert [r["reward"] for r in rows] == [r["reward"] for r in ref]  # rank 0 sampled the same rollouts
     assert losses(run) == pytest.approx(losses(one_rank), abs=1e-6)
-    assert [r["grad_norm"] for r in rows] == pytest.approx([r["grad_norm"] for r in ref], rel=1e-4)
+    # rel 1e-3: the one-rank run leaves zero-advantage groups out of its loss pass (exact up to summation order)
+    assert [r["grad_norm"] for r in rows] == pytest.approx([r["grad_norm"] for r in ref], rel=1e-3)
     assert len(read_jsonl(run.samples_path)[0]) == 4 * 16  # every completion once
     assert_same_weights(weights(run, 4), weights(one_rank, 4))
     assert sorted(r["rank"] for r in read_rank_files(run)) == [0, 1]
