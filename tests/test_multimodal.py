@@ -302,3 +302,12 @@ def test_grpo_update_on_image_prompts_moves_logprobs_with_the_advantage(tmp_path
     moved = seq_logps() - before
     assert (ro.advantages > 0).any() and (ro.advantages < 0).any()
     assert moved[ro.advantages > 0].mean() > 0.02 and moved[ro.advantages < 0].mean() < -0.02
+
+
+def test_micro_batch_rows_pick_their_images() -> None:
+    from backend.train.loop import _rows_of
+
+    media = [{"pixel_values": torch.full((1, 1), float(i))} for i in range(6)]
+    assert _rows_of(media, slice(2, 4)) == media[2:4]
+    assert _rows_of(media, torch.tensor([0, 1, 4, 5])) == [media[0], media[1], media[4], media[5]]  # live groups only
+    assert _rows_of(None, slice(0, 2)) is None

@@ -251,8 +251,7 @@ class GRPOTrainer:
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
         group = None if self.spec.model.gradient_checkpointing else self.spec.rollout.num_generations
         with autocast(d, self.autocast_dtype):
-            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group,
-                                       media=ro.media[sl] if ro.media is not None else None)
+            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=_rows_of(ro.media, sl))
         logits = logits.float() / self.spec.rollout.temperature
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
@@ -597,6 +596,13 @@ def live_groups(advantages: torch.Tensor, rows: slice, group_size: int) -> slice
     start = rows.start or 0
     groups = live.nonzero().squeeze(1)
     return (start + groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)
+
+
+def _rows_of(media: list | None, sl: slice | torch.Tensor) -> list | None:
+    """The per-row image inputs of the rows `sl` selects (a slice or an index tensor); None for text batches."""
+    if media is None:
+        return None
+    return media[sl] if isinstance(sl, slice) else [media[i] for i in sl.tolist()]
 
 
 def _seed_everything(seed: int) -> None:
