@@ -23,9 +23,11 @@ def _tokenizer(model_dir: str, trust_remote_code: bool) -> Any:
 def preview_rows(spec: RunSpec, base: Path, n: int = 5) -> tuple[list[dict[str, Any]], str]:
     """First rows of the first local source, each with the prompt exactly as the model sees it.
 
-    Returns (rows, note) where each row has 'source', 'rendered', 'columns' and 'images'.
+    Returns (rows, note) where each row has 'source', 'rendered', 'columns' and 'images' (the row's image
+    paths; thumbnails of every kind of image cell come from app.media).
     """
     from backend.data import head_rows, render_prompt
+    from backend.multimodal import render_mm_text
 
     note = ""
     local = []
@@ -50,7 +52,12 @@ def preview_rows(spec: RunSpec, base: Path, n: int = 5) -> tuple[list[dict[str, 
     out = []
     for row in rows:
         try:
-            rendered = render_prompt(row, spec.data, tok) if tok is not None else _plain(row, spec)
+            if tok is None:
+                rendered = _plain(row, spec)
+            elif spec.data.images_column:  # the chat template's image placeholders, one per image
+                rendered = render_mm_text(row, spec.data, tok)
+            else:
+                rendered = render_prompt(row, spec.data, tok)
         except Exception as err:
             rendered = f"⚠ {err}"
         images = row.get(spec.data.images_column) if spec.data.images_column else None

@@ -350,9 +350,14 @@ def _eval_traces(fig: Figure, table: MetricTable, x: np.ndarray, best: Any = Non
 
 def timing_figure(table: MetricTable, title: str, x_mode: str = "step", smoothing: float = 0.0,
                   empty_message: str = "no data yet") -> Figure:
-    """Seconds per step split into phases, stacked (the step total as a line when the phases miss some time)."""
-    phases = [k for k in ("timing/rollout_s", "timing/reward_s", "timing/train_s", "timing/weight_sync_s")
-              if table.has(k)]
+    """Seconds per step split into phases, stacked (the step total as a line when the phases miss some time).
+
+    The training phase is split into forward+backward and optimizer when the run logs both (runs before the
+    split only have timing/train_s, which is then shown whole)."""
+    train = ["timing/forward_backward_s", "timing/optimizer_s"]
+    if not all(table.has(k) for k in train):
+        train = ["timing/train_s"]
+    phases = [k for k in ("timing/rollout_s", "timing/reward_s", *train, "timing/weight_sync_s") if table.has(k)]
     if not phases and not table.has("timing/step_s"):
         return empty_figure(title, empty_message)
     x = x_values(table, x_mode)

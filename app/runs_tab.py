@@ -18,6 +18,7 @@ from app.config import StudioConfig
 from app.fields import Registry
 from app.figures import CHART_IDS, MetricTable, build_dashboard, reward_histogram
 from app.locales import state_label, t
+from app.media import thumb_uris
 from app.runlist import RUN_COLUMNS, RunInfo, find_run, format_duration, progress, runs_table
 from app.samples_view import SampleFilter, render_step
 from app.session import SessionMemo
@@ -280,7 +281,8 @@ class RunsTab:
                   "reward": t("s_reward", lang), "advantage": t("s_adv", lang), "length": t("s_len", lang),
                   "group": t("s_group", lang), "empty": t("samples_none", lang), "best": t("s_best", lang),
                   "worst": t("s_worst", lang)}
-        view_html = render_step(cache.step_rows(chosen), flt, labels)
+        view_html = render_step(cache.step_rows(chosen), flt, labels,
+                                image_uris=lambda refs: thumb_uris(refs, self.config.workspace))
         groups = [(t("hist_first", lang, s=steps[0]), cache.step_rewards(steps[0]))]
         if chosen not in (steps[0], steps[-1]):
             groups.append((t("hist_chosen", lang, s=chosen), cache.step_rewards(chosen)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,8 +66,11 @@ def _reward(r: dict[str, Any]) -> float:
 
 
 def render_step(rows: list[dict[str, Any]], flt: SampleFilter | None = None, labels: dict[str, str] | None = None,
-                max_groups: int = 32) -> str:
-    """HTML for one step: groups side by side, best (green) and worst (red) completion of each group marked."""
+                max_groups: int = 32, image_uris: Callable[[Any], list[str]] | None = None) -> str:
+    """HTML for one step: groups side by side, best (green) and worst (red) completion of each group marked.
+
+    `image_uris` turns a sample's 'images' references (multimodal runs) into image sources shown above the
+    group's prompt; the caller decides what may be shown (app.media keeps paths inside the workspace)."""
     lab = {"prompt": "prompt", "solution": "solution", "completion": "completion", "reward": "reward",
            "advantage": "adv", "length": "len", "truncated": "truncated", "group": "group",
            "empty": "No samples match.", "best": "best", "worst": "worst", **(labels or {})}
@@ -83,6 +87,10 @@ def render_step(rows: list[dict[str, Any]], flt: SampleFilter | None = None, lab
         fn_names = sorted({k for r in members for k in (r.get("rewards") or {})})
         parts.append('<div class="gs-group">')
         parts.append(f'<div class="gs-head"><b>{html.escape(lab["group"])} {g}</b></div>')
+        if image_uris is not None and first.get("images"):
+            imgs = "".join(f'<img class="gs-thumb" src="{html.escape(u)}" alt="image">' for u in image_uris(first["images"]))
+            if imgs:
+                parts.append(f'<div class="gs-thumbs">{imgs}</div>')
         parts.append(f'<pre class="gs-prompt" title="{html.escape(lab["prompt"])}">{html.escape(str(first.get("prompt", "")))}</pre>')
         if first.get("solution") not in (None, ""):
             parts.append(f'<div class="gs-solution">{html.escape(lab["solution"])}: <code>{_fmt(first.get("solution"))}</code></div>')
@@ -123,4 +131,6 @@ SAMPLES_CSS = """
 .gs-worst{background:rgba(220,38,38,.12)}
 .gs-trunc{color:#b45309}
 .gs-empty{color:#6b7280;padding:12px}
+.gs-thumbs{display:flex;gap:6px;flex-wrap:wrap;margin:4px 0}
+.gs-thumb{max-width:160px;max-height:160px;border-radius:4px;image-rendering:pixelated}
 """

@@ -53,6 +53,8 @@ CSS = SAMPLES_CSS + EVAL_CSS + """
 .gs-preview-head { font-size: 12px; color: #6b7280; }
 .gs-rendered { white-space: pre-wrap; background: var(--background-fill-secondary, #f3f4f6); padding: 6px;
   border-radius: 6px; font-size: 12px; }
+.gs-thumbs { display: flex; gap: 6px; flex-wrap: wrap; margin: 4px 0; }
+.gs-thumb { max-width: 160px; max-height: 160px; border-radius: 4px; image-rendering: pixelated; }
 #gs-header h1 { margin: 0; font-size: 22px; }
 """
 

@@ -172,11 +172,29 @@ def _check_model(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
             issues.append(SpecIssue("model.name_or_path", f"no such model directory: {m}"))
         elif not (mp / "config.json").is_file():
             issues.append(SpecIssue("model.name_or_path", f"{m} has no config.json: not a model directory"))
+        elif spec.data.images_column:
+            issues += _vision_model_issues(m, mp)
     if spec.model.finetune == "lora" and not spec.model.lora_targets:
         issues.append(SpecIssue("model.lora_targets", "LoRA needs at least one target module"))
     if spec.model.finetune == "full" and spec.model.dtype == "float16":
         issues.append(SpecIssue("model.dtype", "full fine-tuning in float16 underflows without loss scaling; "
                                                "use bfloat16 (fp32 master weights) or float32"))
+
+
+def _vision_model_issues(name: str, path: Path) -> list[SpecIssue]:
+    """Images need a vision-language model and its image processor's config."""
+    import json
+
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return [SpecIssue("model.name_or_path", f"{name}/config.json cannot be read: {err}")]
+    if not isinstance(cfg, dict) or "vision_config" not in cfg:
+        return [SpecIssue("data.images_column", f"{name} is a text-only model ({cfg.get('model_type', '?')}); "
+                                                "images need a vision-language model such as Qwen2-VL")]
+    if not (path / "preprocessor_config.json").is_file():
+        return [SpecIssue("model.name_or_path", f"{name} has no preprocessor_config.json (its image processor)")]
+    return []
 
 
 def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
@@ -204,10 +222,13 @@ def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
                 issues.append(SpecIssue(fld, f"{path}: unsupported format {p.suffix!r} "
                                              f"(use {', '.join(SUPPORTED_DATA_SUFFIXES)} or a saved dataset directory)"))
                 continue
-            scan = scan_source(p, list(cols))
+            media = [spec.data.images_column] if spec.data.images_column else []
+            scan = scan_source(p, list(cols), media=media, media_base=base)
             if scan.error:
                 issues.append(SpecIssue(fld, f"{path}: {scan.error}"))
                 continue
+            for col, why in sorted(scan.bad_media.items()):  # a missing file, an unreadable image, a wrong type
+                issues.append(SpecIssue("data.images_column", f"{path} {why} (column {col!r})"))
             for col in sorted(scan.missing):
                 where = f"column {col!r} not in {path}" if scan.absent(col) else f"{path} {scan.missing[col]}: no {col!r} column"
                 issues.append(SpecIssue(cols[col], where + _needed_by(spec, col, cols[col])
@@ -459,8 +480,6 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
     if on_cuda and n and not res.train_gpus and res.ranks_per_node > n:
         issues.append(SpecIssue("resources.nproc_per_node", f"{res.ranks_per_node} ranks need as many GPUs "
                                                             f"(this machine has {n}); list them in train_gpus"))
-    if spec.data.images_column:
-        issues.append(SpecIssue("data.images_column", "multimodal GRPO is not available in this version yet"))
     return issues
 
 

@@ -128,26 +128,37 @@ class SourceScan:
     missing: dict[str, str] = field(default_factory=dict)
     error: str = ""
     first: str = ""  # where the first row is ('line 1', or 'line 4' after blank lines)
+    bad_media: dict[str, str] = field(default_factory=dict)  # media column -> "line 3: no such image file: ..."
 
     def absent(self, column: str) -> bool:
         """Missing from the first row: the column is absent, not one row broken."""
         return self.missing.get(column) == self.first
 
 
-def scan_source(path: Path, needed: list[str]) -> SourceScan:
+def scan_source(path: Path, needed: list[str], media: list[str] | None = None, media_base: Path | None = None
+                ) -> SourceScan:
     """Read a whole local source and check every row has the needed columns.
 
-    Cached by path, size and mtime, so the studio's validation on every change does not re-read it."""
+    `media` columns hold images (backend.multimodal): every one is opened, relative paths resolved against
+    `media_base`, and the first bad cell of each column (missing file, unreadable image, wrong type, remote
+    URL) is reported with its row. Cached by path, size and mtime, so the studio's validation on every
+    change does not re-read it."""
     try:
         st = path.stat()
     except OSError as err:
         return SourceScan(error=f"cannot read: {err.strerror or err}")
-    return _scan(str(path), st.st_size, st.st_mtime_ns, tuple(sorted(set(needed))))
+    base = str(media_base if media_base is not None else path.parent)
+    return _scan(str(path), st.st_size, st.st_mtime_ns, tuple(sorted(set(needed))), tuple(sorted(set(media or []))),
+                 base)
 
 
 @lru_cache(maxsize=64)
-def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...]) -> SourceScan:
+def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media: tuple[str, ...] = (),
+          media_base: str = ".") -> SourceScan:
+    from backend.multimodal import check_media_cell
+
     missing: dict[str, str] = {}
+    bad_media: dict[str, str] = {}
     columns: frozenset[str] | None = None
     first = ""
     try:
@@ -159,13 +170,18 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...]) -> So
             for c in needed:
                 if c not in missing and row.get(c) is None:
                     missing[c] = where
+            for c in media:
+                if c not in bad_media and row.get(c) is not None:
+                    why = check_media_cell(row[c], Path(media_base))
+                    if why:
+                        bad_media[c] = f"{where}: {why}"
     except DataError as err:
         return SourceScan(error=str(err))
     except Exception as err:  # a corrupt Parquet file, an unreadable directory...
         return SourceScan(error=f"cannot read: {type(err).__name__}: {err}")
     if columns is None:
         return SourceScan(error="no rows")
-    return SourceScan(columns, missing, first=first)
+    return SourceScan(columns, missing, first=first, bad_media=bad_media)
 
 
 def load_source(ref: str, base_dir: Path, seed: int):

@@ -48,10 +48,28 @@ def compute_dtype(spec: RunSpec) -> torch.dtype | None:
     return torch.bfloat16 if spec.model.finetune == "full" and spec.model.dtype == "bfloat16" else None
 
 
+def model_class(ref: str, trust_remote_code: bool = False):
+    """AutoModelForCausalLM, or AutoModelForImageTextToText for a vision-language model (Qwen2-VL and the
+    like are not causal-LM auto classes, though they generate text the same way)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from backend.multimodal import is_vision_config
+
+    cfg = AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
+    return AutoModelForImageTextToText if is_vision_config(cfg) else AutoModelForCausalLM
+
+
 def load_base(spec: RunSpec, base_dir: Path, device: torch.device, weights: str | None = None,
               dtype: torch.dtype | str | None = None) -> PreTrainedModel:
-    model = AutoModelForCausalLM.from_pretrained(
-        weights or model_ref(spec, base_dir), dtype=dtype or DTYPES[spec.model.dtype],
-        trust_remote_code=spec.model.trust_remote_code,
+    ref = weights or model_ref(spec, base_dir)
+    model = model_class(ref, spec.model.trust_remote_code).from_pretrained(
+        ref, dtype=dtype or DTYPES[spec.model.dtype], trust_remote_code=spec.model.trust_remote_code,
     )
     return model.to(device)
+
+
+def load_vision_processor(spec: RunSpec, base_dir: Path, tokenizer):
+    """The image processor + tokenizer pair for multimodal prompts (backend.multimodal)."""
+    from backend.multimodal import VisionProcessor
+
+    return VisionProcessor.from_pretrained(model_ref(spec, base_dir), tokenizer, spec.model.trust_remote_code)

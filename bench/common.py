@@ -57,7 +57,8 @@ def trl_trainer(spec: RunSpec, callbacks: list[Any] | None = None, gpu: bool = F
         per_device_train_batch_size=spec.completions_per_step // a.gradient_accumulation_steps,
         gradient_accumulation_steps=a.gradient_accumulation_steps, num_generations=r.num_generations,
         max_completion_length=r.max_completion_length, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-        learning_rate=a.learning_rate, lr_scheduler_type="constant", warmup_steps=0, beta=a.beta,
+        learning_rate=a.learning_rate, beta=a.beta, warmup_steps=a.warmup_steps,
+        lr_scheduler_type={"constant": "constant_with_warmup"}.get(a.lr_scheduler, a.lr_scheduler),
         loss_type=a.loss_type, scale_rewards=a.scale_rewards, epsilon=a.epsilon, max_steps=a.max_steps,
         num_iterations=a.num_iterations, max_grad_norm=a.max_grad_norm, weight_decay=a.weight_decay,
         logging_steps=1, report_to="none", save_strategy="no", seed=a.seed, reward_weights=[f.weight for f in spec.rewards.functions],
@@ -72,6 +73,7 @@ class StepClock:
 
     def __init__(self) -> None:
         self.times: list[float] = [time.time()]
+        self.cpu: list[float] = [time.process_time()]  # this process's CPU seconds: robust to a shared machine
 
     def __getattr__(self, name: str):  # every other callback event is a no-op
         if name.startswith("on_"):
@@ -80,3 +82,45 @@ class StepClock:
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
         self.times.append(time.time())
+        self.cpu.append(time.process_time())
+
+
+def random_model(dest: Path, *, hidden: int | None = None, layers: int | None = None, intermediate: int | None = None,
+                 heads: int | None = None, never_stop: bool = True, seed: int = 0) -> Path:
+    """A random-initialised Qwen2 in `dest` with the tiny model's tokenizer; nothing is downloaded.
+
+    Sizes default to the tiny model's config (a same-size copy). With `never_stop` the EOS token is a
+    token added to the tokenizer past the model's vocabulary, which the model cannot emit: every
+    completion runs to max_completion_length, in both trainers.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    src = ROOT / "assets/tiny-add"
+    cfg = AutoConfig.from_pretrained(src)
+    for name, value in (("hidden_size", hidden), ("num_hidden_layers", layers), ("intermediate_size", intermediate),
+                        ("num_attention_heads", heads), ("num_key_value_heads", heads)):
+        if value is not None:
+            setattr(cfg, name, value)
+    if hidden is not None and heads is not None:
+        cfg.head_dim = hidden // heads
+    cfg.layer_types = ["full_attention"] * cfg.num_hidden_layers
+    cfg.max_position_embeddings = 1024
+    tok = AutoTokenizer.from_pretrained(src)
+    if never_stop:
+        tok.add_special_tokens({"eos_token": "<|never|>"})
+        assert tok.eos_token_id >= cfg.vocab_size, "the never-emitted EOS must lie past the model's vocabulary"
+    cfg.eos_token_id = tok.eos_token_id
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.generation_config = GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    model.save_pretrained(dest)
+    tok.save_pretrained(dest)
+    return dest
+
+
+def param_count(model_dir: Path) -> int:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return sum(p.numel() for p in model.parameters())

@@ -1,71 +1,186 @@
-"""Side by side: our trainer vs TRL's GRPOTrainer on the same tiny model, data, rewards and batch.
+"""Side by side: our trainer vs TRL's GRPOTrainer, same model, data, rewards and batch, over four shapes.
 
-    python -m bench.vs_trl [--steps 40] [--repeats 2] [--set section.field=value ...]
+    python -m bench.vs_trl [--shapes small preset long 20m] [--repeats 2] [--async] [--set section.field=value ...]
 
-Prints seconds per step, completion tokens per second, the ratio, and the reward at the end
-(mean of the last 5 steps), for our trainer in sync and async-rollout mode and for TRL.
-TRL runs at its best here: float32 and no gradient checkpointing.
-The first 3 steps of each run are warm-up and not timed.
+Shapes (prompts x completions, max completion tokens):
+    small   2 x 8, <= 16   the shipped tiny model: per-call overhead dominates
+    preset  8 x 8, <= 6    presets/tiny-cpu.yaml as shipped
+    long    8 x 8, <= 128  a random-initialised copy of the tiny model that never stops early
+    20m     4 x 8, <= 32   a random-initialised ~20 M-parameter Qwen2 that never stops early: compute dominates
+Random models are made in a temp dir at run time (nothing is downloaded); "never stops" means EOS is a token
+past the model's vocabulary, so every completion is max length in both trainers.
+
+Both trainers are timed by wall clock between step ends (logging included), after WARMUP steps; the ratio per CPU
+second (this process's CPU time over the same steps) is printed beside it, as it holds on a busy shared machine
+where wall clock swings with the neighbours' load (single-threaded: pin OMP_NUM_THREADS=1). Printed per
+shape: seconds per step, completion tokens per second, the ratio ours/TRL, the share of our step in each phase
+(from our metrics: rollout, reward, training forward+backward, optimizer, the rest), and the decode loop's time
+per token against the model's bare forward time for one token at that batch size (1.00 = no loop overhead).
+TRL runs at its best here: float32 and no gradient checkpointing. Pin OMP_NUM_THREADS=1 for a fair comparison.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-from bench.common import StepClock, run_ours, tiny_spec, trl_trainer
+import torch
+
+from backend.spec import RunSpec
+from bench.common import StepClock, param_count, random_model, run_ours, tiny_spec, trl_trainer
 
 WARMUP = 3
+PHASES = ("timing/rollout_s", "timing/reward_s", "timing/forward_backward_s", "timing/optimizer_s")
 
 
-def ours(spec) -> dict[str, float]:
-    rows = run_ours(spec)
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    prompts: int
+    generations: int
+    max_tokens: int
+    steps: int
+    model: str = ""  # "" = the shipped tiny model; "copy" / "20m" = random-initialised
+
+
+SHAPES = {
+    "small": Shape("small", 2, 8, 16, 40),
+    "preset": Shape("preset", 8, 8, 6, 40),
+    "long": Shape("long", 8, 8, 128, 8, "copy"),
+    "20m": Shape("20m", 4, 8, 32, 6, "20m"),
+}
+
+
+def shape_spec(shape: Shape, model_dir: Path | None, overrides: list[str]) -> RunSpec:
+    sets = [f"algorithm.max_steps={shape.steps}", f"algorithm.prompts_per_step={shape.prompts}",
+            f"rollout.num_generations={shape.generations}", f"rollout.max_completion_length={shape.max_tokens}"]
+    if model_dir is not None:
+        sets.append(f"model.name_or_path={model_dir}")
+    return tiny_spec([*sets, *overrides])
+
+
+def ours(spec: RunSpec) -> dict[str, float]:
+    ends: list[tuple[float, float]] = []
+    rows = run_ours(spec, on_step=lambda trainer, row: ends.append((time.time(), time.process_time())))
     timed = rows[WARMUP:]
-    secs = sum(r["timing/step_s"] for r in timed)
+    secs = ends[-1][0] - ends[WARMUP - 1][0]
+    cpu = ends[-1][1] - ends[WARMUP - 1][1]
     tokens = sum(r["completions/mean_length"] * spec.completions_per_step for r in timed)
-    return {"s_per_step": secs / len(timed), "tok_per_s": tokens / secs,
-            "reward_end": statistics.mean(r["reward"] for r in rows[-5:])}
+    res = {"s_per_step": secs / len(timed), "tok_per_s": tokens / secs, "tok_per_cpu_s": tokens / cpu}
+    step = sum(r["timing/step_s"] for r in timed)
+    for k in PHASES:
+        res[k] = sum(r.get(k, 0.0) for r in timed) / step
+    res["other"] = 1.0 - sum(res[k] for k in PHASES)
+    return res
 
 
-def trl(spec) -> dict[str, float]:
+def trl(spec: RunSpec) -> dict[str, float]:
     clock = StepClock()
     trainer = trl_trainer(spec, [clock])
     trainer.train()
     logs = [h for h in trainer.state.log_history if "reward" in h]
     times = clock.times
     secs = times[-1] - times[WARMUP]
+    cpu = clock.cpu[-1] - clock.cpu[WARMUP]
     tokens = sum(h["completions/mean_length"] * spec.completions_per_step for h in logs[WARMUP:])
-    return {"s_per_step": secs / (len(times) - 1 - WARMUP), "tok_per_s": tokens / secs,
-            "reward_end": statistics.mean(h["reward"] for h in logs[-5:])}
+    return {"s_per_step": secs / (len(times) - 1 - WARMUP), "tok_per_s": tokens / secs, "tok_per_cpu_s": tokens / cpu}
+
+
+def decode_vs_forward(spec: RunSpec, repeats: int = 5) -> dict[str, float]:
+    """ms per decoded token position of our engine, and of the model's bare forward of one token per row
+    with a KV cache as long as the mean context (what a decode step cannot go below without a faster model)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+    from backend.data import load_rows, render_prompt
+    from backend.rollout.base import PromptInput, SamplingParams
+    from backend.rollout.hf import HFEngine
+    from bench.common import ROOT
+
+    path = ROOT / spec.model.name_or_path
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    rows = load_rows(spec.data.sources, spec.data, 0, ROOT)[: spec.algorithm.prompts_per_step]
+    prompts = [PromptInput(tok(render_prompt(r, spec.data, tok), add_special_tokens=False)["input_ids"]) for r in rows]
+    r = spec.rollout
+    engine = HFEngine(model, tok)
+    sp = SamplingParams(n=r.num_generations, max_tokens=r.max_completion_length, temperature=r.temperature, seed=0)
+    engine.generate(prompts, sp)  # warm-up
+    per_token = []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        out = engine.generate(prompts, SamplingParams(**{**sp.__dict__, "seed": i}))
+        steps = max(len(c.token_ids) for g in out for c in g)
+        per_token.append((time.perf_counter() - t0) / steps)
+    B = len(prompts) * r.num_generations
+    ctx = max(len(p.token_ids) for p in prompts) + r.max_completion_length // 2
+    ids = torch.randint(2, model.config.vocab_size, (B, ctx + 1))
+    with torch.no_grad():
+        cache = DynamicCache()
+        model(input_ids=ids[:, :ctx], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        bare = []
+        for _ in range(repeats * 4):
+            t0 = time.perf_counter()
+            model(input_ids=ids[:, ctx:], past_key_values=cache, use_cache=True)
+            bare.append(time.perf_counter() - t0)
+            cache.crop(-1)  # drop the token just appended
+    return {"decode_ms": 1000 * statistics.median(per_token), "forward_ms": 1000 * statistics.median(bare)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
+    ap.add_argument("--steps", type=int, default=0, help="steps per run (0 = the shape's default)")
     ap.add_argument("--repeats", type=int, default=2, help="alternate ours/TRL this many times; medians are shown")
+    ap.add_argument("--async", dest="with_async", action="store_true", help="also time our async-rollout mode")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
-    spec = tiny_spec([f"algorithm.max_steps={args.steps}", *args.overrides])
-    print(f"task: {spec.model.name_or_path}, {spec.algorithm.prompts_per_step} prompts x {spec.rollout.num_generations} "
-          f"completions of <= {spec.rollout.max_completion_length} tokens per step, {args.steps} steps, "
-          f"loss {spec.algorithm.loss_type}, lr {spec.algorithm.learning_rate}")
-    async_spec = spec.model_copy(deep=True)
-    async_spec.rollout.async_generation = True
-    runners = {"ours": lambda: ours(spec), "ours-async": lambda: ours(async_spec), "trl": lambda: trl(spec)}
-    results: dict[str, list[dict[str, float]]] = {name: [] for name in runners}
-    for i in range(args.repeats):
-        for name, fn in runners.items():
-            res = fn()
-            results[name].append(res)
-            print(f"  run {i + 1} {name:10s} {res['s_per_step']:.3f} s/step  {res['tok_per_s']:.0f} tok/s  "
-                  f"reward at end {res['reward_end']:.3f}", flush=True)
-    med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in results.items()}
-    print(f"{'':12s}{'s/step':>10s}{'tok/s':>10s}{'reward@end':>12s}")
-    for n in runners:
-        print(f"{n:12s}{med[n]['s_per_step']:10.3f}{med[n]['tok_per_s']:10.0f}{med[n]['reward_end']:12.3f}")
-    print(f"ratio ours/TRL completion tokens per second: {med['ours']['tok_per_s'] / med['trl']['tok_per_s']:.2f}x "
-          f"(target >= 1.5x); step time TRL/ours: {med['trl']['s_per_step'] / med['ours']['s_per_step']:.2f}x; "
-          f"async/sync: {med['ours-async']['tok_per_s'] / med['ours']['tok_per_s']:.2f}x")
+    summary = []
+    with tempfile.TemporaryDirectory(prefix="vs-trl-models-") as tmp:
+        for name in args.shapes:
+            shape = SHAPES[name]
+            if args.steps:
+                shape = Shape(shape.name, shape.prompts, shape.generations, shape.max_tokens, args.steps, shape.model)
+            model_dir = None
+            if shape.model == "copy":
+                model_dir = random_model(Path(tmp) / "copy")
+            elif shape.model == "20m":
+                model_dir = random_model(Path(tmp) / "20m", hidden=512, layers=6, intermediate=1536, heads=8)
+            spec = shape_spec(shape, model_dir, args.overrides)
+            params = param_count(model_dir) if model_dir else None
+            print(f"== {name}: {shape.prompts} x {shape.generations} completions of <= {shape.max_tokens} tokens, "
+                  f"{shape.steps} steps, model {'tiny-add' if model_dir is None else f'random {params / 1e6:.1f}M'}",
+                  flush=True)
+            runners = {"ours": lambda s=spec: ours(s), "trl": lambda s=spec: trl(s)}
+            if args.with_async:
+                a_spec = spec.model_copy(deep=True)
+                a_spec.rollout.async_generation = True
+                runners["ours-async"] = lambda s=a_spec: ours(s)
+            results: dict[str, list[dict[str, float]]] = {n: [] for n in runners}
+            for i in range(args.repeats):
+                for n, fn in runners.items():
+                    res = fn()
+                    results[n].append(res)
+                    print(f"  run {i + 1} {n:10s} {res['s_per_step']:.3f} s/step  {res['tok_per_s']:.0f} tok/s", flush=True)
+            med = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in results.items()}
+            dec = decode_vs_forward(spec)
+            ratio = med["ours"]["tok_per_s"] / med["trl"]["tok_per_s"]
+            shares = "  ".join(f"{k.split('/')[1].removesuffix('_s')} {100 * med['ours'][k]:.0f}%" for k in PHASES)
+            line = (f"{name:7s} ours {med['ours']['s_per_step']:.3f} s/step {med['ours']['tok_per_s']:7.0f} tok/s | "
+                    f"TRL {med['trl']['s_per_step']:.3f} s/step {med['trl']['tok_per_s']:7.0f} tok/s | "
+                    f"ratio {ratio:.2f}x (per CPU second: {med['ours']['tok_per_cpu_s'] / med['trl']['tok_per_cpu_s']:.2f}x)")
+            if "ours-async" in med:
+                line += f" | async {med['ours-async']['tok_per_s'] / med['trl']['tok_per_s']:.2f}x"
+            detail = (f"        our step: {shares}  other {100 * med['ours']['other']:.0f}% | decode "
+                      f"{dec['decode_ms']:.2f} ms/token vs bare forward {dec['forward_ms']:.2f} ms "
+                      f"({dec['forward_ms'] / dec['decode_ms']:.2f} of the limit)")
+            print(line + "\n" + detail, flush=True)
+            summary.append(line + "\n" + detail)
+    print("\nsummary (target: ratio >= 2.0x at every shape)")
+    print("\n".join(summary))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from app.figures import (
     prepare,
     reward_figure,
     reward_histogram,
+    timing_figure,
     x_values,
 )
 
@@ -166,6 +167,16 @@ def test_twenty_thousand_steps_render_fast():
         for tr in f.data:
             assert len(tr["x"]) <= MAX_POINTS + 1
     assert t_figs < 1.0
+
+
+def test_timing_chart_splits_training_when_the_run_logs_the_split():
+    split = rows(5)
+    for r in split:
+        r.update({"timing/forward_backward_s": 0.6, "timing/optimizer_s": 0.2})
+    names = [tr["name"] for tr in timing_figure(MetricTable(split), "t").data]
+    assert names == ["rollout", "reward", "forward_backward", "optimizer", "weight_sync", "step"]
+    names = [tr["name"] for tr in timing_figure(MetricTable(rows(5)), "t").data]  # an older run: train whole
+    assert names == ["rollout", "reward", "train", "weight_sync", "step"]
 
 
 def test_policy_chart_draws_each_objectives_own_metrics():

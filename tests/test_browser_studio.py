@@ -374,6 +374,7 @@ def test_evaluate_page_runs_compares_and_chats(env):
     """Evaluate: an eval with progress runs to its results; a second one (greedy) is compared with it side
     by side; chat streams a reply from the tiny model."""
     page = new_page(env["browser"], env["studio"].url + "evaluate", "#eval-start")
+    _choose(page, "eval-model", "assets/tiny-add")  # the default is the newest run when there is one
     expect(page.locator("#eval-model input")).to_have_value("assets/tiny-add")
     _choose(page, "eval-data", "assets/data/add_test.jsonl")
     page.locator("#eval-rewards input, #eval-rewards textarea").first.fill("exact_match")

@@ -89,3 +89,31 @@ def test_left_pad() -> None:
     ids, mask = left_pad([[1, 2, 3], [4]], 0)
     assert ids.tolist() == [[1, 2, 3], [0, 0, 4]]
     assert positions(mask).tolist() == [[0, 1, 2], [0, 0, 0]]
+
+
+@pytest.mark.parametrize("sp", [SamplingParams(n=4, max_tokens=6, temperature=1.0, seed=3),
+                                SamplingParams(n=1, max_tokens=6, top_k=1, seed=0)])
+def test_lean_decode_matches_the_model_forward(engine: HFEngine, sp: SamplingParams) -> None:
+    """The lean decode loop (fast_decode.KVDecoder) samples what the model's own forward samples."""
+    ps = prompts(engine, ["23+45=", "7+18=", "99+99="])  # different lengths: left padding in the cache
+    engine.lean_decode = False
+    ref = engine.generate(ps, sp)
+    engine.lean_decode = True
+    lean = engine.generate(ps, sp)
+    assert [[c.token_ids for c in g] for g in lean] == [[c.token_ids for c in g] for g in ref]
+    for g_lean, g_ref in zip(lean, ref):
+        for a, b in zip(g_lean, g_ref):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+
+
+def test_lean_decode_covers_only_plain_llama_family() -> None:
+    from transformers import AutoConfig
+
+    from backend.rollout.fast_decode import supports
+
+    cfg = AutoConfig.from_pretrained(ROOT / "assets/tiny-add")
+    with torch.device("meta"):
+        assert supports(AutoModelForCausalLM.from_config(cfg))
+        cfg.use_sliding_window = True
+        assert not supports(AutoModelForCausalLM.from_config(cfg))
+    assert not supports(torch.nn.Linear(2, 2))

@@ -45,7 +45,8 @@ REQUIRED = ["reward", "reward_std", "rewards/exact_match/mean", "rewards/exact_m
             "frac_reward_zero_std", "completions/mean_length", "completions/min_length", "completions/max_length",
             "completions/clipped_ratio", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean",
             "clip_ratio/region_mean", "loss", "grad_norm", "learning_rate", "timing/rollout_s", "timing/reward_s",
-            "timing/train_s", "timing/weight_sync_s", "timing/step_s", "throughput/completion_tokens_per_s",
+            "timing/train_s", "timing/forward_backward_s", "timing/optimizer_s", "timing/weight_sync_s", "timing/step_s",
+            "throughput/completion_tokens_per_s",
             "staleness", "system/ram_gb", "system/cpu_percent"]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import json
-from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -14,6 +13,7 @@ from app.data_preview import preview_rows
 from app.fields import section_fields
 from app.form import FieldValueError, field_doc, from_widget, values_to_spec
 from app.locales import t
+from app.media import img_tags, thumb_uris
 from app.paths import PathError
 from app.sections import BuildContext
 from backend.data import is_hub_id, peek_columns, split_source
@@ -52,8 +52,10 @@ def render_preview(rows: list[dict[str, Any]], note: str, lang: str) -> str:
     for i, row in enumerate(rows):
         cols = json.dumps(row["columns"], ensure_ascii=False, default=str)
         head = html.escape(t("data_row", lang, i=i + 1, src=row["source"]))
+        thumbs = img_tags(row.get("thumbs") or [])  # data URIs made here, not model text
         parts.append(f'<div class="gs-preview"><div class="gs-preview-head">{head}</div>'
-                     f'<pre class="gs-rendered">{html.escape(row["rendered"])}</pre>'
+                     + (f'<div class="gs-thumbs">{thumbs}</div>' if thumbs else "")
+                     + f'<pre class="gs-rendered">{html.escape(row["rendered"])}</pre>'
                      f'<details><summary>columns</summary><pre>{html.escape(cols)}</pre></details></div>')
     return "".join(parts)
 
@@ -70,8 +72,6 @@ def build(ctx: BuildContext) -> None:
         btn = ctx.reg.value(gr.Button(t("data_preview", ctx.lang), size="sm", scale=0, elem_id="data-preview-btn"),
                             "data_preview")
     preview = gr.HTML(elem_id="data-preview")
-    gallery = gr.Gallery(label=t("data_images", ctx.lang), visible=False, height=200, columns=6)
-    ctx.reg.label(gallery, "data_images")
 
     col_comps = [comps["data.prompt_column"], comps["data.solution_column"], comps["data.images_column"]]
 
@@ -97,30 +97,24 @@ def build(ctx: BuildContext) -> None:
     upload.upload(on_upload, [upload, comps["data.sources"], ctx.lang_input], [comps["data.sources"], cols_md]).then(
         on_sources, [comps["data.sources"], *col_comps, ctx.lang_input], [*col_comps, cols_md])
 
-    def on_preview(lang: str, *values: Any) -> tuple[str, Any]:
+    def on_preview(lang: str, *values: Any) -> str:
         try:
             spec = values_to_spec(ctx.form.values(values))
         except SpecError as err:
-            return "⚠ " + html.escape(t("data_preview_error", lang, err="; ".join(map(str, err.issues)))), gr.update(visible=False)
+            return "⚠ " + html.escape(t("data_preview_error", lang, err="; ".join(map(str, err.issues))))
         for ref in spec.data.sources:
             msg = ctx.config.workspace.check_ref(ref)
             if msg:
-                return "⚠ " + html.escape(msg), gr.update(visible=False)
+                return "⚠ " + html.escape(msg)
         try:
             rows, note = preview_rows(spec, ctx.config.workspace.root, n=5)
         except Exception as err:  # unreadable file, bad JSON line, ...: shown, not raised
-            return "⚠ " + html.escape(t("data_preview_error", lang, err=f"{type(err).__name__}: {err}")), gr.update(visible=False)
-        images = []
-        for r in rows:
-            for img in r["images"]:
-                try:
-                    p = ctx.config.workspace.resolve(img)
-                except PathError:
-                    continue
-                if Path(p).is_file():
-                    images.append(str(p))
-        return render_preview(rows, note, lang), gr.update(value=images or None, visible=bool(images))
+            return "⚠ " + html.escape(t("data_preview_error", lang, err=f"{type(err).__name__}: {err}"))
+        if spec.data.images_column:  # each row's pictures beside its prompt (paths stay inside the workspace)
+            for r in rows:
+                r["thumbs"] = thumb_uris(r["columns"].get(spec.data.images_column), ctx.config.workspace)
+        return render_preview(rows, note, lang)
 
     # wired once every field exists: the preview needs the model's tokenizer and the whole data section
-    ctx.deferred.append(lambda: btn.click(on_preview, [ctx.lang_input, *ctx.form.ordered()], [preview, gallery],
+    ctx.deferred.append(lambda: btn.click(on_preview, [ctx.lang_input, *ctx.form.ordered()], [preview],
                                           concurrency_limit=2))

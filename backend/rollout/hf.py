@@ -4,6 +4,9 @@ Each prompt is prefilled once and its cache repeated n times (a group shares its
 then all sequences decode together until every one has produced EOS or hit max_tokens.
 The loop is hand-written rather than `model.generate` because it also returns the sampling
 policy's per-token logprobs at no extra cost and has less per-token overhead on tiny models.
+For Llama-family models the decode steps skip transformers' per-call machinery (fast_decode.KVDecoder);
+torch.compile of the decode step was measured and left out: on this CPU it cost 140 s of compilation
+(2 busy cores) to save about 15% of a preset rollout, which no short run pays back.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from collections.abc import Iterable
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from backend.multimodal import forward_media, placeholder_ids, rope_positions, stack_media
 from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
+from backend.rollout.fast_decode import KVDecoder, supports
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -29,6 +34,36 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
         drop = drop_sorted.scatter(-1, idx, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
+
+
+def sample_next(logits: torch.Tensor, sp: SamplingParams, gen: torch.Generator | list[torch.Generator | None] | None,
+                never: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row and its logprob under logits / T (before filtering, as the trainer scores it).
+
+    Greedy (top_k = 1) is an argmax; unfiltered sampling reuses the log-softmax for the probabilities
+    instead of a second softmax; top-k / top-p filter first. `never`: token ids never sampled (a VLM's
+    image placeholders), a filter like top-k, so the reported logprob stays unfiltered. `gen` a list: one
+    generator per group of sp.n consecutive rows (per-group seeds, see base.group_seeds).
+    """
+    logp_all = (logits / sp.temperature).log_softmax(-1)
+    pick = logp_all if never is None else logp_all.index_fill(-1, never, float("-inf"))
+    if sp.top_k == 1:
+        nxt = pick.argmax(-1)
+    else:
+        if sp.top_k or sp.top_p < 1.0 or never is not None:
+            probs = filter_logits(pick, sp.top_k, sp.top_p).softmax(-1)  # log-softmax shifts, filters agree
+        else:
+            probs = logp_all.exp()
+        nxt = _race(probs, gen, sp.n) if isinstance(gen, list) else torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    return nxt, logp_all.gather(-1, nxt[:, None]).squeeze(-1)
+
+
+def _race(probs: torch.Tensor, gens: list[torch.Generator | None], n: int) -> torch.Tensor:
+    """One token per row by the exponential race (argmax p / E, E ~ Exp(1)), an exact draw from `probs`;
+    rows p*n .. p*n+n-1 take their noise from group p's generator, so a group samples the same tokens
+    whatever else is in the batch (how a batch is split over workers or chunks does not matter)."""
+    noise = torch.cat([torch.empty((n, probs.shape[-1]), device=probs.device).exponential_(generator=g) for g in gens])
+    return (probs / noise).argmax(-1)
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,8 +89,12 @@ class HFEngine:
         self.autocast_dtype = autocast_dtype
         self.tok = tokenizer
         self.max_batch = max_batch  # sequences decoded together; 0 = all at once
+        self.lean_decode = True  # decode steps through fast_decode.KVDecoder where it covers the model
         self.eos_ids = set(_eos_ids(model, tokenizer))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
+        # a sampled image placeholder would be read as an image slot by the training forward: never sample one
+        never = placeholder_ids(model.config)
+        self.never = torch.tensor(never, device=next(model.parameters()).device) if never else None
 
     @torch.no_grad()
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
@@ -81,40 +120,57 @@ class HFEngine:
         model.eval()
         device = next(model.parameters()).device
         # one generator per group, so a group samples the same tokens whatever else is in the batch
-        gens = [None if p.seed is None else torch.Generator(device=device).manual_seed(p.seed) for p in prompts]
+        gen = [None if p.seed is None else torch.Generator(device=device).manual_seed(p.seed) for p in prompts]
 
         ids, mask = left_pad([p.token_ids for p in prompts], self.pad_id)
         ids, mask = ids.to(device), mask.to(device)
+        media = stack_media([p.multi_modal for p in prompts])
+        extra: dict[str, torch.Tensor] = {}
+        if media is None:
+            prefill_pos, delta = positions(mask), torch.zeros((len(prompts), 1), dtype=torch.long, device=device)
+        else:  # images: M-RoPE positions; text after the prompt is offset by each row's delta
+            prefill_pos, delta = rope_positions(model, ids, mask, media)
+            extra = forward_media(media, device)
         cache = DynamicCache()
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)  # only the last position samples: no B x Lp x V logits
+        out = model(input_ids=ids, attention_mask=mask, position_ids=prefill_pos, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1, **extra)  # only the last position samples: no B x Lp x V logits
         cache = out.past_key_values
         logits = out.logits[:, -1, :].float()
         if sp.n > 1:
             cache.batch_repeat_interleave(sp.n)
             logits = logits.repeat_interleave(sp.n, dim=0)
             mask = mask.repeat_interleave(sp.n, dim=0)
+            delta = delta.repeat_interleave(sp.n, dim=0)
         batch = mask.shape[0]
-        pos = mask.sum(-1, keepdim=True) - 1  # last prompt position per row
+        pos = mask.sum(-1, keepdim=True) - 1 + delta.to(device)  # last prompt position per row
 
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
+        # the attention mask for every step at once: step s passes a view of its first width + s columns
+        width = mask.shape[1]
+        full_mask = torch.cat([mask, mask.new_ones((batch, sp.max_tokens))], dim=1)
+        # "all done?" reads the device: every step on CPU (free), every few steps on GPU (a sync stalls its queue;
+        # the extra steps only append padding to finished rows)
+        check_every = 1 if device.type == "cpu" else 8
+        lean = None
+        if self.lean_decode and self.autocast_dtype is None and supports(model) and sp.max_tokens > 1:
+            lean = KVDecoder(model, cache, mask, sp.max_tokens)
+        pad = torch.full((batch,), self.pad_id, dtype=torch.long, device=device)
         tokens, logps = [], []
         for step in range(sp.max_tokens):
-            scaled = logits / sp.temperature
-            logp_all = scaled.log_softmax(-1)
-            probs = filter_logits(scaled, sp.top_k, sp.top_p).softmax(-1)
-            nxt = _sample(probs, gens, sp.n)
-            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+            nxt, lp = sample_next(logits, sp, gen, self.never)
+            nxt = torch.where(done, pad, nxt)
             tokens.append(nxt)
-            logps.append(logp_all.gather(-1, nxt[:, None]).squeeze(-1))
+            logps.append(lp)
             done = done | torch.isin(nxt, eos)
-            if bool(done.all()) or step == sp.max_tokens - 1:
+            if step == sp.max_tokens - 1 or ((step + 1) % check_every == 0 and bool(done.all())):
                 break
-            mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], dim=1)
             pos = pos + 1
-            out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, past_key_values=cache,
-                        use_cache=True)
+            if lean is not None:
+                logits = lean.step(nxt, pos).float()
+                continue
+            out = model(input_ids=nxt[:, None], attention_mask=full_mask[:, :width + step + 1], position_ids=pos,
+                        past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             logits = out.logits[:, -1, :].float()
         if was_training:
@@ -152,13 +208,6 @@ class HFEngine:
 
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
-
-
-def _sample(probs: torch.Tensor, gens: list[torch.Generator | None], n: int) -> torch.Tensor:
-    """One token per row by the exponential race (argmax p / E, E ~ Exp(1)), an exact draw from `probs`;
-    rows p*n .. p*n+n-1 take their noise from group p's generator."""
-    noise = torch.cat([torch.empty((n, probs.shape[-1]), device=probs.device).exponential_(generator=g) for g in gens])
-    return (probs / noise).argmax(-1)
 
 
 def _eos_ids(model: PreTrainedModel, tok: PreTrainedTokenizerBase) -> list[int]:

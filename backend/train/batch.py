@@ -34,12 +34,15 @@ class Rollout:
     ref_logps: torch.Tensor | None = None
     timings: dict[str, float] = field(default_factory=dict)
     is_weights: torch.Tensor | None = None  # truncated importance sampling weights (rollout.vllm_importance_sampling_*)
+    # per row: the prompt's image inputs ({"pixel_values", "image_grid_thw"}, backend.multimodal), None for text
+    media: list[dict[str, torch.Tensor] | None] | None = None
 
 
 @dataclass(frozen=True)
 class Prompt:
-    text: str  # exactly what the model is prompted with (template applied)
+    text: str  # exactly what the model is prompted with (template applied, image placeholders expanded)
     ids: list[int]
+    media: dict[str, torch.Tensor] | None = None  # image inputs for the model (multimodal rows)
 
 
 @dataclass

@@ -105,6 +105,8 @@ def shard_rollout(ro: Rollout, rank: int, world: int, keep_samples: bool) -> Rol
         v = getattr(ro, f.name)
         if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == B:
             updates[f.name] = v[sl].clone()
+    if ro.media is not None:  # per-row image inputs travel with their rows
+        updates["media"] = ro.media[sl]
     updates["samples"] = ro.samples if keep_samples else []
     updates["timings"] = dict(ro.timings)
     return dataclasses.replace(ro, **updates)
@@ -121,6 +123,8 @@ def join_rollouts(shards: list[Rollout]) -> Rollout:
         v = getattr(first, f.name)
         if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == B:
             updates[f.name] = torch.cat([getattr(s, f.name) for s in shards])
+    if first.media is not None:
+        updates["media"] = [m for s in shards for m in (s.media or [])]
     return dataclasses.replace(first, **updates)
 
 

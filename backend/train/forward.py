@@ -14,7 +14,19 @@ import contextlib
 import torch
 from transformers import DynamicCache
 
+from backend.multimodal import forward_media, rope_positions, stack_media
 from backend.rollout.hf import positions
+
+
+def _prompt_positions(model, ids: torch.Tensor, mask: torch.Tensor, media: list | None
+                      ) -> tuple[torch.Tensor, torch.Tensor | int, dict[str, torch.Tensor]]:
+    """Prompt position ids, the offset of the text that follows (0 without images), and the media kwargs.
+    With images the positions are Qwen2-VL's 3-D M-RoPE grid, exactly as the rollout engine computes them."""
+    batch = stack_media(media) if media else None
+    if batch is None:
+        return positions(mask), 0, {}
+    pos, delta = rope_positions(model, ids, mask, batch)
+    return pos, delta, forward_media(batch, ids.device)
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -25,32 +37,42 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
 
 
 def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor, c_mask: torch.Tensor,
-                      group_size: int | None = None) -> torch.Tensor:
+                      group_size: int | None = None, media: list[dict[str, torch.Tensor] | None] | None = None
+                      ) -> torch.Tensor:
     """(B, Lc, V) logits whose position t predicts completion token t.
 
     p_ids/p_mask: (B, Lp) left padded; c_ids/c_mask: (B, Lc) right padded. With group_size G,
-    rows b*G .. b*G+G-1 must share one prompt.
+    rows b*G .. b*G+G-1 must share one prompt (and its images). `media`: each row's image inputs
+    (backend.multimodal; None for a text row): the vision tower runs once per prompt on the shared path.
     """
-    Lc = c_ids.shape[1]
+    Lc, Lp = c_ids.shape[1], p_ids.shape[1]
     if group_size and group_size > 1 and p_ids.shape[0] % group_size == 0:
         G = group_size
         gp_ids, gp_mask = p_ids[::G], p_mask[::G]
+        gpos, delta, extra = _prompt_positions(model, gp_ids, gp_mask, media[::G] if media else None)
         cache = DynamicCache()
-        out = model(input_ids=gp_ids, attention_mask=gp_mask, position_ids=positions(gp_mask), past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)
+        out = model(input_ids=gp_ids, attention_mask=gp_mask, position_ids=gpos, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1, **extra)
         cache = out.past_key_values
         cache.batch_repeat_interleave(G)
         first = out.logits[:, -1:, :].repeat_interleave(G, dim=0)
         if Lc == 1:
             return first
         mask = torch.cat([p_mask, c_mask], 1)
-        pos = positions(mask)[:, p_ids.shape[1]:]
+        if isinstance(delta, torch.Tensor):
+            delta = delta.repeat_interleave(G, dim=0)
+        pos = positions(mask)[:, Lp:] + delta
         # the last completion token predicts nothing we score: feed tokens 0 .. Lc-2
         rest = model(input_ids=c_ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1],
                      past_key_values=cache, use_cache=True).logits
         return torch.cat([first, rest], dim=1)
     ids = torch.cat([p_ids, c_ids], 1)
     mask = torch.cat([p_mask, c_mask], 1)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False,
-                   logits_to_keep=Lc + 1).logits
+    ppos, delta, extra = _prompt_positions(model, p_ids, p_mask, media)
+    pos = positions(mask)
+    if extra:  # images: the prompt's 3-D grid, then the completion's text positions on all three axes
+        cpos = (pos[:, Lp:] + delta)[None].expand(3, -1, -1)
+        pos = torch.cat([ppos, cpos], dim=2)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
+                   logits_to_keep=Lc + 1, **extra).logits
     return logits[:, :-1, :]

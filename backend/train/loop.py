@@ -32,13 +32,14 @@ import torch
 
 from backend.data import PromptSampler, load_rows, render_prompt
 from backend.eval.greedy import greedy_eval
-from backend.models import compute_dtype, load_tokenizer, resolve_device
+from backend.models import compute_dtype, load_tokenizer, load_vision_processor, resolve_device
+from backend.multimodal import media_ref, render_mm_prompt
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams, derive_seed
 from backend.rollout.hf import HFEngine, left_pad
 from backend.rollout.pool import RolloutPool
 from backend.rundir import RunDir
-from backend.spec import RunSpec
+from backend.spec import AlgorithmSection, RunSpec
 from backend.train import dist, grpo
 from backend.train.batch import PendingRollout, Prompt, Rollout, ScoredGroup
 from backend.train.builders import (
@@ -74,6 +75,8 @@ class GRPOTrainer:
 
         ckpt = run.latest_checkpoint() if resume else None
         self.tokenizer = load_tokenizer(spec, base_dir)
+        # images: prompts go through the model's image processor too (backend.multimodal)
+        self.vision = load_vision_processor(spec, base_dir, self.tokenizer) if spec.data.images_column else None
         self.policy = build_policy(spec, base_dir, self.device, ckpt)
         self.reference = self.ranks.wrap_reference(spec, build_reference(spec, base_dir, self.device, self.policy))
         self.optimizer = build_optimizer(spec, self.policy)
@@ -103,6 +106,8 @@ class GRPOTrainer:
         self.entropy_control = grpo.EntropyControl(a.entropy_coef, a.use_adaptive_entropy, a.entropy_target,
                                                    a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max)
         self.telemetry = Telemetry()
+        self.skip_zero_advantage = True  # leave all-zero-advantage groups out of the loss pass where exact
+        self.last_timings: dict[str, float] = {}  # the last optimizer_step's forward+backward and optimizer seconds
         self.sinks = make_sinks(spec.output.report_to if self.ranks.is_main else [], run.path, spec.model_dump(mode="json"))
         self.started = time.time()
         self.elapsed_before = 0.0
@@ -117,8 +122,12 @@ class GRPOTrainer:
     def _prompt(self, row_idx: int, rows: list[dict[str, Any]], split: str) -> Prompt:
         key = (split, row_idx)
         if key not in self._prompt_cache:
-            text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer)
-            self._prompt_cache[key] = Prompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            if self.vision is not None:
+                mm = render_mm_prompt(rows[row_idx], self.spec.data, self.vision, self.base_dir)
+                self._prompt_cache[key] = Prompt(mm.text, mm.ids, mm.media)
+            else:
+                text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer)
+                self._prompt_cache[key] = Prompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return self._prompt_cache[key]
 
     def _sampling(self, index: int, attempt: int, n: int) -> SamplingParams:
@@ -133,7 +142,8 @@ class GRPOTrainer:
         G = self.spec.rollout.num_generations
         prompts = [self._prompt(i, self.rows, "train") for i in row_ids]
         t0 = time.time()
-        groups = self.engine.generate([PromptInput(p.ids) for p in prompts], self._sampling(index, attempt, G))
+        groups = self.engine.generate([PromptInput(p.ids, p.media or {}) for p in prompts],
+                                      self._sampling(index, attempt, G))
         t1 = time.time()
         matrix = self.scorer.score([p.text for p in prompts for _ in range(G)], [c.text for g in groups for c in g],
                                    [self.rows[i] for i in row_ids for _ in range(G)],
@@ -236,8 +246,11 @@ class GRPOTrainer:
                 "reward": rewards[i].item(), "advantage": adv[i].item(),
                 "length": len(c.token_ids), "truncated": bool(truncated[i]),
             })
+            if spec.data.images_column:  # the studio shows each group's picture beside it
+                samples[-1]["images"] = media_ref(self.rows[groups[gi].row].get(spec.data.images_column))
+        media = [g.prompt.media for g in groups for _ in range(G)]
         return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
-                       adv, m, samples)
+                       adv, m, samples, media=media if any(x is not None for x in media) else None)
 
     def _note_unscored(self, name: str, rollout_index: int) -> None:
         """A reward that scored nothing in a whole batch gives no signal: say so in status.json (the dashboard
@@ -252,15 +265,16 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ loss
 
-    def _logps(self, model, ro: Rollout, sl: slice, want_entropy: bool = False, entropy_grad: bool = False):
+    def _logps(self, model, ro: Rollout, sl: slice | torch.Tensor, want_entropy: bool = False,
+               entropy_grad: bool = False):
         """Per-token logprobs of the completions (B, T) and, when wanted, per-token entropies (B, T), with a
-        gradient only when the loss has an entropy bonus."""
+        gradient only when the loss has an entropy bonus. `sl` selects rows: a slice or an index tensor."""
         d = self.device
         p_ids, p_mask = ro.prompt_ids[sl].to(d), ro.prompt_mask[sl].to(d)
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
         group = None if self.spec.model.gradient_checkpointing else self.spec.rollout.num_generations
         with autocast(d, self.autocast_dtype):
-            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group)
+            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=_rows_of(ro.media, sl))
         logits = logits.float() / self.spec.rollout.temperature
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
@@ -282,6 +296,11 @@ class GRPOTrainer:
             if ro.sampling_logps is None:
                 raise RuntimeError(f"async generation needs per-token logprobs from the {r.engine} engine")
             ro.old_logps = ro.sampling_logps  # the engine's weights were the sampling policy
+        elif a.num_iterations > 1 and not correct and ro.sampling_logps is not None and self.engine_shares_policy \
+                and self.autocast_dtype is None:
+            # the sync engine sampled with these very weights in float32 and its logprobs equal a forward pass
+            # (tests/test_engine_hf.py): a second forward would recompute the same numbers
+            ro.old_logps = ro.sampling_logps
         elif a.num_iterations > 1 or correct:
             # the trainer's own logprobs under the current weights: the clip's anchor (decoupled from the sampler
             # when correcting, as in AReaL / verl), and the numerator of the importance weights
@@ -303,23 +322,39 @@ class GRPOTrainer:
                                               for i in range(0, B, mb)])
 
     def optimizer_step(self, ro: Rollout) -> dict[str, float]:
+        """One optimizer step over the rollout (micro-batches accumulate).
+
+        Groups whose advantages are all zero are left out of the forward and backward when that is exact (see
+        `zero_advantage_skippable`): their loss and gradient are exactly zero. Entropy is then the mean over
+        the completions that trained; the clip ratios stay over all tokens (skipped tokens never clip)."""
         a, r = self.spec.algorithm, self.spec.rollout
-        B = ro.completion_ids.shape[0]
+        B, G = ro.completion_ids.shape[0], r.num_generations
         ga = a.gradient_accumulation_steps
         mb = B // ga
         total_tokens, total_seqs = self.ranks.global_counts(ro.loss_mask)  # whole step, all ranks
         acc: dict[str, float] = {"loss": 0.0, "kl": 0.0, "entropy": 0.0}
         control = self.entropy_control
         coef = control.apply()  # the same coefficient for every micro-batch of the step, as TRL
+        # one process only: ranks must run the same collectives and report the same metrics (and DeepSpeed
+        # counts micro-batches to find its accumulation boundary)
+        skip = (self.skip_zero_advantage and mb % G == 0 and not control.enabled and self.ranks.world == 1
+                and zero_advantage_skippable(a))
         ent_sum = ent_tokens = 0.0
+        trained = 0  # micro-batches that ran
+        t0 = time.time()
         for i in range(0, B, mb):
             sl = slice(i, i + mb)
-            logps, ent = self._logps(self.policy, ro, sl, want_entropy=True, entropy_grad=control.enabled)
-            old = ro.old_logps[sl].to(self.device) if ro.old_logps is not None else logps.detach()
-            ref = ro.ref_logps[sl].to(self.device) if ro.ref_logps is not None else None
-            samp = ro.sampling_logps[sl].to(self.device) if ro.sampling_logps is not None else None
+            rows = live_groups(ro.advantages, sl, G) if skip else sl
+            if rows is None:
+                continue
+            trained += 1
+            logps, ent = self._logps(self.policy, ro, rows, want_entropy=True, entropy_grad=control.enabled)
+            mask = ro.loss_mask[rows].to(self.device)
+            old = ro.old_logps[rows].to(self.device) if ro.old_logps is not None else logps.detach()
+            ref = ro.ref_logps[rows].to(self.device) if ro.ref_logps is not None else None
+            samp = ro.sampling_logps[rows].to(self.device) if ro.sampling_logps is not None else None
             out = grpo.policy_loss(
-                logps, old, ro.advantages[sl].to(self.device), ro.loss_mask[sl].to(self.device),
+                logps, old, ro.advantages[rows].to(self.device), mask,
                 loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
                 is_level=a.importance_sampling_level, beta=a.beta, ref_logps=ref, num_micro_batches=ga,
                 max_completion_length=r.max_completion_length, global_num_tokens=total_tokens,
@@ -329,21 +364,32 @@ class GRPOTrainer:
                 top_entropy_quantile=a.top_entropy_quantile, entropies=ent, entropy_coef=coef,
                 token_weights=ro.is_weights[sl].to(self.device) if ro.is_weights is not None else None)
             self.ranks.backward(out.loss)
+            # token-mean metrics of the micro-batch: skipped tokens count in the denominator, never in a numerator
+            share = float(mask.sum()) / max(float(ro.loss_mask[sl].sum()), 1.0) if rows is not sl else 1.0
             acc["loss"] += out.loss.item()
             acc["kl"] += float(out.kl) / ga
-            acc["entropy"] += float(grpo.masked_mean(ent.detach(), ro.completion_mask[sl].to(self.device).float())) / ga
+            acc["entropy"] += float(grpo.masked_mean(ent.detach(), ro.completion_mask[rows].to(self.device).float()))
             for k, v in out.metrics.items():
-                acc[k] = acc.get(k, 0.0) + v / ga
+                acc[k] = acc.get(k, 0.0) + v * share / ga
             ent_sum += out.entropy_sum
             ent_tokens += out.entropy_tokens
+        acc["entropy"] = acc["entropy"] / trained if trained else math.nan
+        if not trained:  # nothing ran: zero gradients, so AdamW still steps (momentum, weight decay) as it would
+            for k in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+                acc[k] = 0.0  # what the skipped tokens give: zero advantage never clips
+            for p in self.policy.parameters():
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
         if control.enabled:
             control.update(*self.ranks.sum(ent_sum, ent_tokens))  # every rank keeps the same coefficient
             acc["entropy_coef"] = control.coef  # after this step's update, as TRL logs it
+        t1 = time.time()
         acc["learning_rate"] = self.scheduler.get_last_lr()[0]
         acc["grad_norm"] = self.ranks.step(self.policy, self.optimizer, a.max_grad_norm)  # reduce, clip, update
         self.scheduler.step()
         if a.beta == 0:
             acc.pop("kl")
+        self.last_timings = {"forward_backward_s": t1 - t0, "optimizer_s": time.time() - t1}
         return self.ranks.reduce_metrics(acc)
 
     # ------------------------------------------------------------------ weights, eval, checkpoints
@@ -391,7 +437,8 @@ class GRPOTrainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Greedy eval of the current policy (an async engine holds the previous version and is busy)."""
-        prompts = [(p.text, p.ids) for p in (self._prompt(i, self.eval_rows, "eval") for i in range(len(self.eval_rows)))]
+        prompts = [(p.text, p.ids, p.media) for p in (self._prompt(i, self.eval_rows, "eval")
+                                                     for i in range(len(self.eval_rows)))]
         engine = self.engine if self.engine_shares_policy or self.ranks.params_sharded else \
             HFEngine(self.policy, self.tokenizer, autocast_dtype=self.autocast_dtype)
         return greedy_eval(engine, self.tokenizer, self.eval_rows, self.spec.data, self.scorer,
@@ -424,6 +471,8 @@ class GRPOTrainer:
         ckpt.mkdir(parents=True)
         self.policy.save_pretrained(ckpt / "model", safe_serialization=True, state_dict=weights)
         self.tokenizer.save_pretrained(ckpt / "model")
+        if self.vision is not None:  # a checkpoint is a loadable model directory, image processor included
+            self.vision.image_processor.save_pretrained(ckpt / "model")
         save_trainer_state(ckpt / "trainer_state.pt", step=self.step, rollouts_done=self.rollouts_done,
                            sampler=self.sampler.state_dict(), optimizer=optimizer,
                            scheduler=self.scheduler.state_dict(), pending=pending, in_flight=in_flight or [],
@@ -583,10 +632,13 @@ class GRPOTrainer:
                     self.pending = PendingRollout(ro, it + 1) if it + 1 < a.num_iterations else None
                     t_sync = refill(mu - it - 1) if is_async else self.sync_weights()
                     first = it == 0  # the rollout's own timings belong to its first update only
+                    prep = ro.timings.get("prep_s", 0.0) if first else 0.0  # old/ref logprob passes
                     timing = {
                         "timing/rollout_s": ro.timings.get("rollout_s", 0.0) if first else 0.0,
                         "timing/reward_s": ro.timings.get("reward_s", 0.0) if first else 0.0,
-                        "timing/train_s": time.time() - t_train + (ro.timings.get("prep_s", 0.0) if first else 0.0),
+                        "timing/train_s": time.time() - t_train + prep,
+                        "timing/forward_backward_s": self.last_timings.get("forward_backward_s", 0.0) + prep,
+                        "timing/optimizer_s": self.last_timings.get("optimizer_s", 0.0),
                         "timing/weight_sync_s": t_sync + (ro.timings.get("weight_sync_s", 0.0) if first else 0.0),
                         "timing/step_s": time.time() - t_step,
                     }
@@ -627,6 +679,40 @@ class GRPOTrainer:
         # written last, once nothing of this process is still working (a resume may start right after)
         self.run.write_status(state=final, step=self.step, eta_s=0.0, elapsed_s=self.elapsed())
         return final
+
+
+def zero_advantage_skippable(a: AlgorithmSection) -> bool:
+    """Whether completions with zero advantage may be left out of the loss pass without changing the step.
+
+    Their clipped-surrogate term is exactly zero (-min(r * 0, clip(r) * 0)) and so is its gradient. Leaving
+    them out is exact when nothing else depends on them: no KL term (beta = 0), a normalisation that counts the
+    step's sequences or tokens globally (grpo, dr_grpo, dapo), not per micro-batch (bnpo), token-level ratios
+    (the clip metrics are token means), and none of the options that look at other rows or tokens (entropy
+    bonus, top-entropy mask, off-policy mask) or change the term (delta). Objectives not listed are not skipped
+    until shown to be zero at zero advantage."""
+    return (a.beta == 0.0 and a.loss_type in ("grpo", "dr_grpo", "dapo") and a.importance_sampling_level == "token"
+            and a.entropy_coef == 0.0 and not a.use_adaptive_entropy and a.top_entropy_quantile == 1.0
+            and not a.off_policy_mask_threshold and not a.delta)
+
+
+def live_groups(advantages: torch.Tensor, rows: slice, group_size: int) -> slice | torch.Tensor | None:
+    """The rows of `rows` (group-aligned) in groups with some non-zero advantage: the slice itself when
+    every group is live, an index tensor of whole groups when some are not, None when none is."""
+    live = (advantages[rows].view(-1, group_size) != 0).any(dim=1)
+    if bool(live.all()):
+        return rows
+    if not bool(live.any()):
+        return None
+    start = rows.start or 0
+    groups = live.nonzero().squeeze(1)
+    return (start + groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)
+
+
+def _rows_of(media: list | None, sl: slice | torch.Tensor) -> list | None:
+    """The per-row image inputs of the rows `sl` selects (a slice or an index tensor); None for text batches."""
+    if media is None:
+        return None
+    return media[sl] if isinstance(sl, slice) else [media[i] for i in sl.tolist()]
 
 
 def _seed_everything(seed: int) -> None:
