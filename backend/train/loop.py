@@ -362,7 +362,7 @@ class GRPOTrainer:
                 sapo_temperature_neg=a.sapo_temperature_neg, use_bias_correction_kl=a.use_bias_correction_kl,
                 off_policy_mask_threshold=a.off_policy_mask_threshold or None, sampling_logps=samp,
                 top_entropy_quantile=a.top_entropy_quantile, entropies=ent, entropy_coef=coef,
-                token_weights=ro.is_weights[sl].to(self.device) if ro.is_weights is not None else None)
+                token_weights=ro.is_weights[rows].to(self.device) if ro.is_weights is not None else None)
             self.ranks.backward(out.loss)
             # token-mean metrics of the micro-batch: skipped tokens count in the denominator, never in a numerator
             share = float(mask.sum()) / max(float(ro.loss_mask[sl].sum()), 1.0) if rows is not sl else 1.0
