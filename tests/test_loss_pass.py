@@ -45,6 +45,9 @@ def _trainer(tmp_path: Path, *overrides: str) -> GRPOTrainer:
 @pytest.mark.parametrize("overrides", [[], ["algorithm.gradient_accumulation_steps=2", "algorithm.loss_type=dapo"]])
 def test_skipping_zero_advantage_groups_gives_the_same_update(tmp_path: Path, overrides: list[str]) -> None:
     trainer = _trainer(tmp_path, *overrides)
+    # plain SGD at lr 1: the weight change is the (clipped) gradient itself. AdamW's first step divides by
+    # |g|, so a gradient of 1e-12 vs 0 (summation order) would move a weight by a whole lr either way
+    trainer.optimizer = torch.optim.SGD([p for p in trainer.policy.parameters() if p.requires_grad], lr=1.0)
     ro = trainer.make_rollout(1, 0)
     ro.advantages[4:8] = 0.0  # one dead group whatever the sampled rewards
     ro.advantages[0:4] = torch.tensor([1.0, -1.0, 0.5, -0.5])  # and at least one live one
@@ -61,7 +64,7 @@ def test_skipping_zero_advantage_groups_gives_the_same_update(tmp_path: Path, ov
     full, w_full = step(False)
     skipped, w_skipped = step(True)
     for k in w_full:
-        torch.testing.assert_close(w_skipped[k], w_full[k], rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(w_skipped[k], w_full[k], rtol=1e-4, atol=1e-6)
     for k in ("loss", "grad_norm", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
         assert skipped[k] == pytest.approx(full[k], rel=1e-4, abs=1e-7), k
 
