@@ -80,7 +80,7 @@ def test_reward_test_runs_in_a_subprocess():
     assert "error" not in result, result
     names = {f["function"] for f in result["functions"]}
     assert {"exact_match", "digit_match"} <= names
-    assert len(result["samples"]) == 3 and all(s["reward"] == 2.0 for s in result["samples"])  # solutions score max
+    assert len(result["samples"]) == 3 and all(s["reward"] == 1.0 for s in result["samples"])  # solutions score max (digit_match: weight 0)
 
 
 def test_presets_save_load_and_names(tmp_path):

@@ -31,7 +31,9 @@ from backend.train.supervise import failure_summary, free_port, read_rank_files
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "presets/tiny-cpu.yaml"
 FAST = ["algorithm.prompts_per_step=4", "rollout.num_generations=4", "output.eval_steps=0", "output.save_steps=2",
-        "algorithm.max_steps=4", "resources.device=cpu", "algorithm.learning_rate=3e-3"]
+        "algorithm.max_steps=4", "resources.device=cpu", "algorithm.learning_rate=3e-3",
+        # the dense reward and constant lr these tests were calibrated with
+        "rewards.functions=[{name: exact_match}, {name: digit_match}]", "algorithm.lr_scheduler=constant"]
 TWO = ["resources.nproc_per_node=2"]
 
 

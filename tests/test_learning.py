@@ -1,8 +1,9 @@
 """GRPO learns: from the shipped model, a fixed-seed run of the tiny-cpu preset improves reward and accuracy.
 
-Margins come from seeds 0-3 (100 steps): held-out greedy accuracy went from 0.446 to 0.550-0.564
-(+10 to +12 points) and the training reward's last-10-step mean beat its first-10 mean by 0.15-0.24.
-The test asks for about half of that.
+Margins come from seeds 0-3 (100 steps) of the earlier preset (8 prompts, constant lr 1e-4, exact + digit reward):
+held-out greedy accuracy went from 0.446 to 0.550-0.564 (+10 to +12 points) and the training reward's last-10-step
+mean beat its first-10 mean by 0.15-0.24. The test asks for about half of that; the current preset (16 prompts,
+lr 2e-4 cosine over the 100 steps, exact-match reward) passes it at seed 0.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ def test_only_exact_cases_skip() -> None:
 def _trainer(tmp_path: Path, *overrides: str) -> GRPOTrainer:
     spec = load_spec(ROOT / "presets/tiny-cpu.yaml", [
         f"output.runs_dir={tmp_path}", "algorithm.prompts_per_step=4", "rollout.num_generations=4",
-        "output.eval_steps=0", "output.save_steps=0", *overrides])
+        "output.eval_steps=0", "output.save_steps=0", "rewards.functions=[{name: exact_match}, {name: digit_match}]",
+        "algorithm.lr_scheduler=constant", *overrides])
     return GRPOTrainer(spec, create_run(spec, ROOT), ROOT)
 
 

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "presets/tiny-cpu.yaml"
 EASY = ["rewards.functions=[{name: ones_share}]", "rewards.plugins=[tests/plugins/digit_rewards.py]",
         "algorithm.prompts_per_step=4", "rollout.num_generations=8", "algorithm.learning_rate=3e-4",
+        "algorithm.lr_scheduler=constant",
         "output.eval_steps=0", "output.save_steps=0", "output.log_samples_steps=0"]
 OBJECTIVES = {
     "cispo": ["algorithm.loss_type=cispo", "algorithm.epsilon_high=5.0"],

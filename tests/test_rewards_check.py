@@ -26,7 +26,7 @@ def test_check_rewards_returns_per_function_data() -> None:
     em = rows[0]
     assert em["source"] == "solution" and em["n"] == 5 and em["scored"] == 5
     assert em["mean"] == 1.0 and em["errors"] == 0 and em["error"] == "" and em["where"] == "trainer"
-    assert rows[2]["mean"] == 2.0
+    assert rows[1]["mean"] == 1.0 and rows[2]["mean"] == 1.0  # digit_match is logged with weight 0 in the preset
 
 
 def test_check_with_plugin_template_and_errors(tmp_path: Path) -> None:

@@ -21,7 +21,10 @@ from backend.train.loop import GRPOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "presets/tiny-cpu.yaml"
-FAST = ["algorithm.prompts_per_step=4", "rollout.num_generations=4", "output.eval_steps=0", "output.save_steps=0"]
+# the preset as a quick config, with the dense reward and constant learning rate these tests were calibrated with
+FAST = ["algorithm.prompts_per_step=4", "rollout.num_generations=4", "output.eval_steps=0", "output.save_steps=0",
+        "rewards.functions=[{name: exact_match}, {name: digit_match}]", "algorithm.lr_scheduler=constant",
+        "algorithm.learning_rate=1e-4"]
 
 
 def make_run(tmp_path: Path, *overrides: str) -> tuple[RunDir, object]:
