@@ -75,8 +75,9 @@ class GRPOTrainer:
 
         ckpt = run.latest_checkpoint() if resume else None
         self.tokenizer = load_tokenizer(spec, base_dir)
-        # images: prompts go through the model's image processor too (backend.multimodal)
-        self.vision = load_vision_processor(spec, base_dir, self.tokenizer) if spec.data.images_column else None
+        # images and videos: prompts go through the model's image processor too (backend.multimodal)
+        self.vision = load_vision_processor(spec, base_dir, self.tokenizer) \
+            if spec.data.images_column or spec.data.videos_column else None
         self.policy = build_policy(spec, base_dir, self.device, ckpt)
         self.reference = self.ranks.wrap_reference(spec, build_reference(spec, base_dir, self.device, self.policy))
         self.optimizer = build_optimizer(spec, self.policy)
@@ -248,6 +249,8 @@ class GRPOTrainer:
             })
             if spec.data.images_column:  # the studio shows each group's picture beside it
                 samples[-1]["images"] = media_ref(self.rows[groups[gi].row].get(spec.data.images_column))
+            if spec.data.videos_column:  # the video's file, or its frames (the studio shows the first)
+                samples[-1]["videos"] = media_ref(self.rows[groups[gi].row].get(spec.data.videos_column))
         media = [g.prompt.media for g in groups for _ in range(G)]
         return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
                        adv, m, samples, media=media if any(x is not None for x in media) else None)
