@@ -366,6 +366,7 @@ class MMPrompt:
     # {"pixel_values": (patches, dim), "image_grid_thw": (n_images, 3)} for images,
     # {"pixel_values_videos": (patches, dim), "video_grid_thw": (n_videos, 3)} for videos
     media: dict[str, torch.Tensor]
+    images: tuple[Any, ...] = ()  # the RGB images themselves, for engines that process them (vLLM)
 
 
 class VisionProcessor:
@@ -458,7 +459,7 @@ class VisionProcessor:
             else:
                 pieces.append(piece)
         ids = self.tokenizer("".join(pieces), add_special_tokens=False)["input_ids"]
-        return MMPrompt(text, ids, media)
+        return MMPrompt(text, ids, media, tuple(images))
 
 
 def render_mm_prompt(row: dict[str, Any], data: Any, vision: VisionProcessor, base_dir: Path) -> MMPrompt:

@@ -342,3 +342,20 @@ def test_trainer_runs_on_a_video_column(tmp_path: Path) -> None:
     assert all(s["prompt"].count("<|video_pad|>") == 1 and s["videos"] for s in samples)
     assert {len(s["videos"]) for s in samples} == {1, 2}  # a GIF file, or its list of frame files
     assert read_jsonl(run.metrics_path)[0][0]["step"] == 1
+
+
+def test_vllm_prompts_carry_the_images_and_the_unexpanded_placeholders(vl) -> None:
+    from backend.rollout.base import RawMedia
+    from backend.rollout.vllm_engine import vllm_prompt
+
+    _, tok, proc = vl
+    data = load_spec(PRESET).data
+    mm = render_mm_prompt({"image": picture_paths(1)[0], "problem": "How many?"}, data, proc, ROOT)
+    raw = RawMedia(tok(mm.text, add_special_tokens=False)["input_ids"], list(mm.images))
+    pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    out = vllm_prompt(PromptInput(mm.ids, mm.media, raw_media=raw))
+    assert out["prompt_token_ids"].count(pad) == 1 and mm.ids.count(pad) == 16  # vLLM expands it to the 16 patches
+    assert out["multi_modal_data"]["image"][0].size == (112, 112)
+    assert vllm_prompt(PromptInput([1, 2, 3])) == {"prompt_token_ids": [1, 2, 3]}
+    with pytest.raises(ValueError, match="needs its images"):
+        vllm_prompt(PromptInput(mm.ids, mm.media))

@@ -35,7 +35,7 @@ from backend.eval.greedy import greedy_eval
 from backend.models import compute_dtype, load_tokenizer, load_vision_processor, resolve_device
 from backend.multimodal import media_ref, render_mm_prompt
 from backend.rewards.scorer import RewardScorer
-from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams, derive_seed
+from backend.rollout.base import PromptInput, RawMedia, RolloutEngine, SamplingParams, derive_seed
 from backend.rollout.hf import HFEngine, left_pad
 from backend.rollout.pool import RolloutPool
 from backend.rundir import RunDir
@@ -125,7 +125,10 @@ class GRPOTrainer:
         if key not in self._prompt_cache:
             if self.vision is not None:
                 mm = render_mm_prompt(rows[row_idx], self.spec.data, self.vision, self.base_dir)
-                self._prompt_cache[key] = Prompt(mm.text, mm.ids, mm.media)
+                raw = None
+                if self.spec.rollout.engine == "vllm":  # vLLM expands the placeholders and processes the images itself
+                    raw = RawMedia(self.tokenizer(mm.text, add_special_tokens=False)["input_ids"], list(mm.images))
+                self._prompt_cache[key] = Prompt(mm.text, mm.ids, mm.media, raw)
             else:
                 text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer)
                 self._prompt_cache[key] = Prompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -143,7 +146,7 @@ class GRPOTrainer:
         G = self.spec.rollout.num_generations
         prompts = [self._prompt(i, self.rows, "train") for i in row_ids]
         t0 = time.time()
-        groups = self.engine.generate([PromptInput(p.ids, p.media or {}) for p in prompts],
+        groups = self.engine.generate([PromptInput(p.ids, p.media or {}, raw_media=p.raw_media) for p in prompts],
                                       self._sampling(index, attempt, G))
         t1 = time.time()
         matrix = self.scorer.score([p.text for p in prompts for _ in range(G)], [c.text for g in groups for c in g],
