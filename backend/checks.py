@@ -195,7 +195,7 @@ def _media_columns(spec: RunSpec) -> dict[str, tuple[str, str]]:
 
 def _media_model_issues(spec: RunSpec, name: str, path: Path) -> list[SpecIssue]:
     """Images and videos need a vision-language model (videos: one with a video placeholder) and its image
-    processor's config; audio needs a processor with an audio feature extractor."""
+    processor's config; audio needs a processor with an audio feature extractor and an audio tower."""
     import json
 
     from backend.multimodal import audio_feature_extractor
@@ -213,23 +213,21 @@ def _media_model_issues(spec: RunSpec, name: str, path: Path) -> list[SpecIssue]
     kind = cfg.get("model_type", "?")
     for fld, col, what in (("data.images_column", d.images_column, "images"), ("data.videos_column", d.videos_column, "videos")):
         if col and "vision_config" not in cfg:
-            issues.append(SpecIssue(fld, f"column {col!r}: {name} is a text-only model ({kind}); "
+            is_what = "an audio-language model" if "audio_config" in cfg else "a text-only model"
+            issues.append(SpecIssue(fld, f"column {col!r}: {name} is {is_what} ({kind}); "
                                          f"{what} need a vision-language model such as Qwen2-VL"))
     if d.videos_column and "vision_config" in cfg and not isinstance(cfg.get("video_token_id"), int):
         issues.append(SpecIssue("data.videos_column", f"column {d.videos_column!r}: {name} ({kind}) has no video "
                                                       "placeholder token (video_token_id): it takes no video"))
     if (d.images_column or d.videos_column) and "vision_config" in cfg and not (path / "preprocessor_config.json").is_file():
         issues.append(SpecIssue("model.name_or_path", f"{name} has no preprocessor_config.json (its image processor)"))
-    if d.audios_column:
-        extractor = audio_feature_extractor(path)
-        if extractor is None:
-            issues.append(SpecIssue("data.audios_column", f"column {d.audios_column!r}: the processor of {name} ({kind}) "
-                                                          "takes no audio (no audio feature extractor); audio needs a "
-                                                          "model such as Qwen2-Audio"))
-        else:  # validated (files, rows) but not yet encoded into prompts: refuse rather than train without the audio
-            issues.append(SpecIssue("data.audios_column", f"column {d.audios_column!r}: {name} takes audio "
-                                                          f"({extractor}), but audio prompts are not fed to the model "
-                                                          "yet (rollout and training encode images and videos only)"))
+    if d.audios_column and audio_feature_extractor(path) is None:
+        issues.append(SpecIssue("data.audios_column", f"column {d.audios_column!r}: the processor of {name} ({kind}) "
+                                                      "takes no audio (no audio feature extractor); audio needs a "
+                                                      "model such as Qwen2-Audio"))
+    elif d.audios_column and "audio_config" not in cfg:
+        issues.append(SpecIssue("data.audios_column", f"column {d.audios_column!r}: {name} ({kind}) has an audio "
+                                                      "feature extractor but no audio tower (audio_config)"))
     return issues
 
 
@@ -501,7 +499,8 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
             if r.engine == "vllm" and not machine.gpus else ""
         issues.append(SpecIssue("rollout.engine", f"engine {r.engine!r} is not installed here "
                                                   f"(available: {', '.join(sorted(machine.engines))}){hint}"))
-    if r.engine == "vllm" and not r.worker_urls and (spec.data.images_column or spec.data.videos_column):
+    if r.engine == "vllm" and not r.worker_urls and (spec.data.images_column or spec.data.videos_column
+                                                      or spec.data.audios_column):
         issues += _vllm_media_issues(spec, r.worker_python or sys.executable)
     n = len(machine.gpus)
     wants_cuda = res.device == "cuda" or res.train_gpus or res.rollout_gpus
@@ -547,6 +546,9 @@ def _vllm_media_issues(spec: RunSpec, python: str) -> list[SpecIssue]:
     frames with Qwen2-VL's video processor (its own frame and pixel budget), so the prompt it samples from
     would not be the prompt the trainer scores."""
     issues: list[SpecIssue] = []
+    if spec.data.audios_column:
+        issues.append(SpecIssue("rollout.engine", "audio prompts run with engine hf (they are not wired into vLLM's "
+                                                  "multimodal input)"))
     if spec.data.videos_column:
         issues.append(SpecIssue("rollout.engine", "video prompts run with engine hf: vLLM would re-process the frames "
                                                   "with its own video processor, so its prompt tokens would differ "

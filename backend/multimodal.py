@@ -22,9 +22,11 @@ Contract
   a still image over the temporal patch), which the tests use as the reference. No torchvision, decord
   or ffmpeg is involved.
 - Audio (`data.audios_column`): a cell is a WAV file (path, bytes or dict) or a list of them, read with
-  soundfile when installed, else the stdlib `wave` module (PCM). `check_audio_cell` validates them;
-  `audio_feature_extractor` says whether a model's processor takes audio at all (backend.checks refuses
-  the column otherwise, and for now also when it does: audio is not yet fed to the model).
+  soundfile when installed, else the stdlib `wave` module (PCM), mono, resampled linearly to the feature
+  extractor's rate. `check_audio_cell` validates them; `audio_feature_extractor` says whether a model's
+  processor takes audio at all (backend.checks refuses the column otherwise). `AudioProcessor` runs the
+  model's own transformers processor (Qwen2-Audio: Whisper features, one <|AUDIO|> per audio frame token),
+  so media = {"input_features", "feature_attention_mask"}; the model's positions are plain 1-D ones.
 - Qwen2-VL places image tokens on a 3-D (time, height, width) rotary grid (M-RoPE). `rope_positions`
   gives the (3, B, L) positions of left-padded prompts and each row's delta: text after the prompt
   sits at (index in the unpadded sequence + delta) on all three axes, so a plain 2-D position for
@@ -310,22 +312,32 @@ def is_vision_config(config: Any) -> bool:
     return getattr(config, "vision_config", None) is not None
 
 
+def is_audio_config(config: Any) -> bool:
+    """An audio-language model's config (Qwen2-Audio and the like carry an audio_config)."""
+    return getattr(config, "audio_config", None) is not None
+
+
 def placeholder_ids(config: Any) -> list[int]:
-    """Token ids that stand for media slots (image, video) in a vision-language model's prompts."""
-    if not is_vision_config(config):
-        return []
-    return sorted({i for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
-                   if isinstance(i, int)})
+    """Token ids that stand for media slots (image, video, audio) in a multimodal model's prompts."""
+    ids: set[Any] = set()
+    if is_vision_config(config):
+        ids |= {getattr(config, "image_token_id", None), getattr(config, "video_token_id", None)}
+    if is_audio_config(config):
+        ids |= {getattr(config, "audio_token_id", None), getattr(config, "audio_token_index", None)}
+    return sorted(i for i in ids if isinstance(i, int))
 
 
 def _media_part(p: Any) -> bool:
-    return isinstance(p, dict) and (p.get("type") in ("image", "video") or "image" in p or "video" in p)
+    return isinstance(p, dict) and (p.get("type") in ("image", "video", "audio") or any(k in p for k in ("image", "video", "audio")))
 
 
-def mm_messages(prompt: Any, n_images: int, system_prompt: str = "", n_videos: int = 0) -> list[dict[str, Any]]:
-    """Chat messages with the images, then the videos, first in the user turn (Qwen2-VL's convention); a prompt
-    that is already a message list keeps its own media parts, or gets them on its first user turn."""
-    parts: list[dict[str, Any]] = [{"type": "image"}] * n_images + [{"type": "video"}] * n_videos
+def mm_messages(prompt: Any, n_images: int, system_prompt: str = "", n_videos: int = 0, n_audios: int = 0
+                ) -> list[dict[str, Any]]:
+    """Chat messages with the images, then the videos, then the audios first in the user turn (Qwen2-VL's
+    convention); a prompt that is already a message list keeps its own media parts, or gets them on its first
+    user turn."""
+    parts: list[dict[str, Any]] = [{"type": "image"}] * n_images + [{"type": "video"}] * n_videos + \
+        [{"type": "audio"}] * n_audios
     if isinstance(prompt, list):
         msgs = [dict(m) for m in prompt]
         has_parts = any(isinstance(m.get("content"), list) and any(_media_part(p) for p in m["content"]) for m in msgs)
@@ -341,21 +353,23 @@ def mm_messages(prompt: Any, n_images: int, system_prompt: str = "", n_videos: i
     return msgs
 
 
-def _row_media(row: dict[str, Any], data: Any) -> tuple[list[Any], list[Any]]:
-    """A row's image items and video cells, by the spec's columns (data: the RunSpec's DataSection)."""
+def _row_media(row: dict[str, Any], data: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    """A row's image items, video cells and audio items, by the spec's columns (data: the RunSpec's DataSection)."""
     images = media_items(row.get(data.images_column)) if data.images_column else []
-    videos_column = getattr(data, "videos_column", "")
+    videos_column, audios_column = getattr(data, "videos_column", ""), getattr(data, "audios_column", "")
     videos = video_items(row.get(videos_column)) if videos_column else []
-    return images, videos
+    audios = media_items(row.get(audios_column)) if audios_column else []
+    return images, videos, audios
 
 
 def render_mm_text(row: dict[str, Any], data: Any, tokenizer: Any) -> str:
-    """A multimodal row's prompt text, one placeholder per image or video, without processing any media (previews)."""
-    images, videos = _row_media(row, data)
+    """A multimodal row's prompt text, one placeholder per image, video or audio, without processing any media
+    (previews)."""
+    images, videos, audios = _row_media(row, data)
     prompt = data.prompt_template.format_map(row) if data.prompt_template else row[data.prompt_column]
     if not getattr(tokenizer, "chat_template", None):
-        raise MediaError("multimodal prompts need the tokenizer's chat template (it places the image tokens)")
-    return tokenizer.apply_chat_template(mm_messages(prompt, len(images), data.system_prompt, len(videos)),
+        raise MediaError("multimodal prompts need the tokenizer's chat template (it places the media tokens)")
+    return tokenizer.apply_chat_template(mm_messages(prompt, len(images), data.system_prompt, len(videos), len(audios)),
                                          add_generation_prompt=True, tokenize=False)
 
 
@@ -398,6 +412,10 @@ class VisionProcessor:
 
     def messages(self, prompt: Any, n_images: int, system_prompt: str = "", n_videos: int = 0) -> list[dict[str, Any]]:
         return mm_messages(prompt, n_images, system_prompt, n_videos)
+
+    def save_pretrained(self, path: Path) -> None:
+        """What a checkpoint needs beside the weights to take images again: the image processor's config."""
+        self.image_processor.save_pretrained(path)
 
     def encode(self, messages: list[dict[str, Any]], images: list[Any], videos: list[list[Any]] = ()) -> MMPrompt:
         if not getattr(self.tokenizer, "chat_template", None):
@@ -462,12 +480,71 @@ class VisionProcessor:
         return MMPrompt(text, ids, media, tuple(images))
 
 
-def render_mm_prompt(row: dict[str, Any], data: Any, vision: VisionProcessor, base_dir: Path) -> MMPrompt:
-    """A row with images and/or a video -> prompt text, token ids and media inputs (data: the RunSpec's DataSection)."""
-    image_items, video_cells = _row_media(row, data)
+class AudioProcessor:
+    """An audio-language model's own transformers processor (Qwen2-Audio: a Whisper feature extractor, and the
+    placeholder expanded to one token per audio frame token), which needs no torchvision; audio arrives as
+    mono float samples, resampled to the feature extractor's rate."""
+
+    def __init__(self, processor: Any):
+        self.processor, self.tokenizer = processor, processor.tokenizer
+        self.audio_token = getattr(processor, "audio_token", None) or "<|AUDIO|>"
+        self.sampling_rate = int(getattr(processor.feature_extractor, "sampling_rate", 16000))
+
+    @classmethod
+    def from_pretrained(cls, path: str, trust_remote_code: bool = False) -> AudioProcessor:
+        from transformers import AutoProcessor
+
+        return cls(AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code))
+
+    def save_pretrained(self, path: Path) -> None:
+        """The processor's config (feature extractor, audio tokens) beside a checkpoint's weights."""
+        self.processor.save_pretrained(path)
+
+    def resample(self, audio: Audio) -> Any:
+        """Linear interpolation to the feature extractor's rate (enough for the log-mel features it computes)."""
+        import numpy as np
+
+        if audio.sampling_rate == self.sampling_rate or len(audio.samples) < 2:
+            return audio.samples
+        n = max(1, round(len(audio.samples) * self.sampling_rate / audio.sampling_rate))
+        t = np.linspace(0, len(audio.samples) - 1, n)
+        return np.interp(t, np.arange(len(audio.samples)), audio.samples).astype(np.float32)
+
+    def encode(self, messages: list[dict[str, Any]], audios: list[Audio]) -> MMPrompt:
+        template = getattr(self.processor, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
+        if not template:
+            raise MediaError("audio prompts need the processor's or tokenizer's chat template (it places the audio tokens)")
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                                  chat_template=template)
+        return self.encode_text(text, audios)
+
+    def encode_text(self, text: str, audios: list[Audio]) -> MMPrompt:
+        n_slots = text.count(self.audio_token)
+        if n_slots != len(audios):
+            raise MediaError(f"the prompt has {n_slots} audio placeholder(s) but the row has {len(audios)} audio(s)")
+        if not audios:
+            return MMPrompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"], {})
+        out = self.processor(text=[text], audio=[self.resample(a) for a in audios], sampling_rate=self.sampling_rate,
+                             return_tensors="pt")
+        media = {k: v for k, v in out.items() if isinstance(v, torch.Tensor)
+                 and k not in ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")}
+        return MMPrompt(text, out["input_ids"][0].tolist(), media)
+
+
+def render_mm_prompt(row: dict[str, Any], data: Any, vision: VisionProcessor | AudioProcessor, base_dir: Path) -> MMPrompt:
+    """A row with images, a video or audio -> prompt text, token ids and media inputs (data: the RunSpec's
+    DataSection; `vision`: the model's processor)."""
+    image_items, video_cells, audio_items = _row_media(row, data)
+    prompt = data.prompt_template.format_map(row) if data.prompt_template else row[data.prompt_column]
+    if isinstance(vision, AudioProcessor):
+        if image_items or video_cells:
+            raise MediaError("an audio model takes no images or videos")
+        audios = [load_audio(a, base_dir) for a in audio_items]
+        return vision.encode(mm_messages(prompt, 0, data.system_prompt, n_audios=len(audios)), audios)
+    if audio_items:
+        raise MediaError("a vision-language model takes no audio")
     images = [load_image(i, base_dir) for i in image_items]
     videos = [load_video(v, base_dir) for v in video_cells]
-    prompt = data.prompt_template.format_map(row) if data.prompt_template else row[data.prompt_column]
     return vision.encode(vision.messages(prompt, len(images), data.system_prompt, len(videos)), images, videos)
 
 
@@ -509,6 +586,17 @@ def rope_positions(model: Any, ids: torch.Tensor, mask: torch.Tensor, media: dic
     types[ids == getattr(cfg, "video_token_id", -1)] = 2
     return core.get_rope_index(ids, mm_token_type_ids=types, image_grid_thw=media.get("image_grid_thw"),
                                video_grid_thw=media.get("video_grid_thw"), attention_mask=mask)
+
+
+def media_positions(model: Any, ids: torch.Tensor, mask: torch.Tensor, media: dict[str, torch.Tensor]
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt positions and (B, 1) deltas for a batch with media: M-RoPE for models that have it (Qwen2-VL),
+    else plain positions that skip left padding, with delta 0 (Qwen2-Audio: audio tokens are ordinary positions)."""
+    try:
+        _vl_core(model)
+    except MediaError:
+        return (mask.cumsum(-1) - 1).clamp(min=0), torch.zeros((ids.shape[0], 1), dtype=torch.long, device=ids.device)
+    return rope_positions(model, ids, mask, media)
 
 
 def forward_media(media: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:

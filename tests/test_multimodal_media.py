@@ -8,8 +8,10 @@ Video (data.videos_column) on the shipped tiny Qwen2-VL (assets/tiny-vl):
 - the training forward (plain and shared-prompt) gives the rollout engine's logprobs for video rows (mixed
   with image rows in one batch), and both equal transformers' own M-RoPE forward;
 - bad video cells are refused by check_spec naming row and column; the trainer runs on a video column.
-Audio (data.audios_column): WAV files read with the stdlib, bad cells named by row and column, and the
-column refused for models whose processor takes no audio.
+Audio (data.audios_column), on a random-initialised tiny Qwen2-Audio built in a temp dir: WAV files read with
+the stdlib (resampled to the feature extractor's rate), a row becomes one audio placeholder per audio frame
+token (hand-counted), the training forward gives the engine's logprobs (and transformers' own forward's), bad
+cells are named by row and column, and the column is refused for models whose processor takes no audio.
 """
 
 from __future__ import annotations
@@ -300,24 +302,110 @@ def test_bad_audio_cells_say_why(tmp_path: Path, cell, words: list[str]) -> None
     assert why and all(w in why for w in words), why
 
 
-def test_audio_column_needs_a_processor_that_takes_audio(tmp_path: Path) -> None:
-    wav = write_wav(tmp_path / "a.wav", [0, 1, 2, 3])
-    rows = [{"audio": str(wav), "image": picture_paths(1)[0], "problem": "How many?", "solution": "2"}]
+@pytest.fixture(scope="module")
+def tiny_audio(tmp_path_factory) -> Path:
+    """A random-initialised tiny Qwen2-Audio (1-layer Whisper-style encoder, 2-layer Qwen2), tokenizer and
+    processor, saved as a model directory: the shipped tiny-vl character tokenizer plus the audio tokens, a
+    Whisper feature extractor of 16 mel bins over 1-second windows."""
+    from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2AudioProcessor, WhisperFeatureExtractor
+
+    d = tmp_path_factory.mktemp("tiny-audio")
+    tok = AutoTokenizer.from_pretrained(MODEL)
+    tok.add_tokens(["<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>"], special_tokens=True)
+    cfg = Qwen2AudioConfig(
+        audio_config={"d_model": 32, "encoder_layers": 1, "encoder_attention_heads": 2, "encoder_ffn_dim": 64,
+                      "num_mel_bins": 16, "max_source_positions": 50},
+        text_config={"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                     "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": len(tok),
+                     "eos_token_id": tok.eos_token_id},
+        audio_token_id=tok.convert_tokens_to_ids("<|AUDIO|>"))
+    torch.manual_seed(0)
+    model = Qwen2AudioForConditionalGeneration(cfg)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    tok.save_pretrained(d)
+    Qwen2AudioProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=16, chunk_length=1), tokenizer=tok).save_pretrained(d)
+    model.save_pretrained(d)
+    return d
+
+
+def tone(path: Path, seconds: float, rate: int = 16000, hz: float = 440.0) -> Path:
+    t = np.arange(int(seconds * rate)) / rate
+    return write_wav(path, [int(v) for v in 12000 * np.sin(2 * np.pi * hz * t)], rate=rate)
+
+
+def test_audio_column_needs_a_processor_that_takes_audio(tmp_path: Path, tiny_audio: Path) -> None:
+    wav = tone(tmp_path / "a.wav", 0.25)
+    rows = [{"audio": str(wav), "image": picture_paths(1)[0], "problem": "What is it?", "solution": "2"}]
     msgs = _issues(_spec(tmp_path, rows, "data.audios_column=audio"), "data.audios_column")
     assert len(msgs) == 1 and "'audio'" in msgs[0] and "tiny-vl" in msgs[0] and "takes no audio" in msgs[0]
-    # a model whose processor has an audio feature extractor (Qwen2-Audio's): validated, then refused until wired
-    audio_model = tmp_path / "audio-model"
-    audio_model.mkdir()
-    (audio_model / "config.json").write_text(json.dumps({"model_type": "qwen2_audio"}))
-    (audio_model / "preprocessor_config.json").write_text(json.dumps(
-        {"feature_extractor_type": "WhisperFeatureExtractor", "processor_class": "Qwen2AudioProcessor"}))
-    spec = _spec(tmp_path, rows, "data.audios_column=audio", "data.images_column=", f"model.name_or_path={audio_model}")
-    msgs = _issues(spec, "data.audios_column")
-    assert len(msgs) == 1 and "WhisperFeatureExtractor" in msgs[0] and "not fed to the model yet" in msgs[0]
-    bad = _spec(tmp_path, [rows[0], {**rows[0], "audio": str(tmp_path / "gone.wav")}], "data.audios_column=audio",
-                "data.images_column=", f"model.name_or_path={audio_model}")
+    audio_spec = [f"model.name_or_path={tiny_audio}", "data.audios_column=audio", "data.images_column="]
+    assert check_spec(_spec(tmp_path, rows, *audio_spec), ROOT) == []
+    bad = _spec(tmp_path, [rows[0], {**rows[0], "audio": str(tmp_path / "gone.wav")}], *audio_spec)
     msgs = _issues(bad, "data.audios_column")
-    assert any("line 2" in m and "no such audio file" in m and "'audio'" in m for m in msgs), msgs
+    assert len(msgs) == 1 and "line 2" in msgs[0] and "no such audio file" in msgs[0] and "'audio'" in msgs[0], msgs
+    both = _issues(_spec(tmp_path, rows, f"model.name_or_path={tiny_audio}", "data.audios_column=audio"), "data.images_column")
+    assert len(both) == 1 and "audio-language model" in both[0]
+    vllm = [i.message for i in check_machine(_spec(tmp_path, rows, *audio_spec, "rollout.engine=vllm"),
+                                             Machine(engines=frozenset({"hf", "vllm"})), ROOT) if i.field == "rollout.engine"]
+    assert len(vllm) == 1 and "audio prompts run with engine hf" in vllm[0]
+
+
+def test_audio_row_becomes_one_placeholder_per_audio_frame_token(tmp_path: Path, tiny_audio: Path) -> None:
+    from backend.multimodal import AudioProcessor
+
+    proc = AudioProcessor.from_pretrained(str(tiny_audio))
+    data = load_spec(PRESET, ["data.images_column=", "data.audios_column=audio"]).data
+    audio_id = proc.tokenizer.convert_tokens_to_ids("<|AUDIO|>")
+    # 0.25 s at 16 kHz = 4000 samples = 25 mel frames (hop 160) -> conv stride 2: 13 -> pool 2: 6 tokens
+    mm = render_mm_prompt({"audio": str(tone(tmp_path / "a.wav", 0.25)), "problem": "What?"}, data, proc, ROOT)
+    assert mm.ids.count(audio_id) == 6 and mm.text.count("<|AUDIO|>") == 1
+    assert tuple(mm.media["input_features"].shape) == (1, 16, 100) and int(mm.media["feature_attention_mask"].sum()) == 25
+    # the same length at 8 kHz is resampled to 16 kHz first: the same number of tokens
+    mm8 = render_mm_prompt({"audio": str(tone(tmp_path / "b.wav", 0.25, rate=8000)), "problem": "What?"}, data, proc, ROOT)
+    assert mm8.ids.count(audio_id) == 6
+    two = render_mm_prompt({"audio": [str(tmp_path / "a.wav"), str(tone(tmp_path / "c.wav", 0.5))], "problem": "Q"},
+                           data, proc, ROOT)
+    assert two.ids.count(audio_id) == 6 + 12  # 0.5 s: 50 mel frames -> 25 -> 12 tokens
+    assert two.media["input_features"].shape[0] == 2
+
+
+def test_training_forward_matches_engine_logprobs_for_audio_rows(tmp_path: Path, tiny_audio: Path) -> None:
+    from backend.models import model_class
+    from backend.multimodal import AudioProcessor
+
+    model = model_class(str(tiny_audio)).from_pretrained(tiny_audio, dtype=torch.float32).eval()
+    proc = AudioProcessor.from_pretrained(str(tiny_audio))
+    tok = proc.tokenizer
+    data = load_spec(PRESET, ["data.images_column=", "data.audios_column=audio"]).data
+    rows = [{"audio": str(tone(tmp_path / "a.wav", 0.25)), "problem": "What is this sound?"},
+            {"audio": str(tone(tmp_path / "b.wav", 0.6, hz=220)), "problem": "And this?"}]  # longer: more audio tokens
+    mms = [render_mm_prompt(r, data, proc, ROOT) for r in rows]
+    assert len(mms[0].ids) != len(mms[1].ids)  # left padding in the batch
+    G = 3
+    groups = HFEngine(model, tok).generate([PromptInput(m.ids, m.media) for m in mms],
+                                           SamplingParams(n=G, max_tokens=8, temperature=1.0, seed=2))
+    comps = [c for g in groups for c in g]
+    p_ids, p_mask = left_pad([m.ids for m in mms for _ in range(G)], tok.pad_token_id)
+    Lc = max(len(c.token_ids) for c in comps)
+    c_ids = torch.full((len(comps), Lc), tok.pad_token_id)
+    c_mask = torch.zeros((len(comps), Lc), dtype=torch.long)
+    engine_lp = torch.zeros((len(comps), Lc))
+    for i, c in enumerate(comps):
+        c_ids[i, :len(c.token_ids)] = torch.tensor(c.token_ids)
+        c_mask[i, :len(c.token_ids)] = 1
+        engine_lp[i, :len(c.logprobs)] = torch.tensor(c.logprobs)
+    media = [m.media for m in mms for _ in range(G)]
+    with torch.no_grad():
+        plain = selective_log_softmax(completion_logits(model, p_ids, p_mask, c_ids, c_mask, None, media), c_ids)
+        shared = selective_log_softmax(completion_logits(model, p_ids, p_mask, c_ids, c_mask, G, media), c_ids)
+    torch.testing.assert_close(plain * c_mask, engine_lp * c_mask, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(shared * c_mask, engine_lp * c_mask, rtol=1e-4, atol=1e-4)
+    for k, m in enumerate(mms):  # reference: transformers' own forward on the processor's output, unpadded
+        c = comps[k * G]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([m.ids + c.token_ids]), **m.media).logits[0, len(m.ids) - 1:-1]
+        ref = selective_log_softmax(logits[None], torch.tensor([c.token_ids]))[0]
+        torch.testing.assert_close(ref, torch.tensor(c.logprobs), rtol=1e-4, atol=1e-4)
 
 
 # ----------------------------------------------------------------------------- the trainer
@@ -359,3 +447,23 @@ def test_vllm_prompts_carry_the_images_and_the_unexpanded_placeholders(vl) -> No
     assert vllm_prompt(PromptInput([1, 2, 3])) == {"prompt_token_ids": [1, 2, 3]}
     with pytest.raises(ValueError, match="needs its images"):
         vllm_prompt(PromptInput(mm.ids, mm.media))
+
+
+def test_trainer_runs_on_an_audio_column(tmp_path: Path, tiny_audio: Path) -> None:
+    from backend.launcher import create_run
+    from backend.rundir import read_jsonl
+    from backend.train.loop import GRPOTrainer
+
+    rows = [{"audio": str(tone(tmp_path / f"t{i}.wav", 0.2 + 0.1 * i, hz=200 * (i + 1))), "problem": "Which tone?",
+             "solution": "<answer>1</answer>"} for i in range(2)]
+    spec = _spec(tmp_path, rows, f"model.name_or_path={tiny_audio}", "data.images_column=", "data.audios_column=audio",
+                 f"output.runs_dir={tmp_path}", "algorithm.max_steps=1", "algorithm.prompts_per_step=2",
+                 "rollout.num_generations=2", "rollout.max_completion_length=6", "output.save_steps=1")
+    assert check_spec(spec, ROOT) == []
+    run = create_run(spec, ROOT)
+    assert GRPOTrainer(spec, run, ROOT).train() == "finished"
+    samples = read_jsonl(run.samples_path)[0]
+    assert len(samples) == 4 and all(s["prompt"].count("<|AUDIO|>") == 1 and len(s["audios"]) == 1 for s in samples)
+    ckpt = run.latest_checkpoint() / "model"  # a checkpoint takes audio again: its processor is saved beside it
+    assert check_spec(_spec(tmp_path, rows, f"model.name_or_path={ckpt}", "data.images_column=", "data.audios_column=audio"),
+                      ROOT) == []

@@ -75,9 +75,9 @@ class GRPOTrainer:
 
         ckpt = run.latest_checkpoint() if resume else None
         self.tokenizer = load_tokenizer(spec, base_dir)
-        # images and videos: prompts go through the model's image processor too (backend.multimodal)
+        # images, videos, audio: prompts go through the model's processor too (backend.multimodal)
         self.vision = load_vision_processor(spec, base_dir, self.tokenizer) \
-            if spec.data.images_column or spec.data.videos_column else None
+            if spec.data.images_column or spec.data.videos_column or spec.data.audios_column else None
         self.policy = build_policy(spec, base_dir, self.device, ckpt)
         self.reference = self.ranks.wrap_reference(spec, build_reference(spec, base_dir, self.device, self.policy))
         self.optimizer = build_optimizer(spec, self.policy)
@@ -254,6 +254,8 @@ class GRPOTrainer:
                 samples[-1]["images"] = media_ref(self.rows[groups[gi].row].get(spec.data.images_column))
             if spec.data.videos_column:  # the video's file, or its frames (the studio shows the first)
                 samples[-1]["videos"] = media_ref(self.rows[groups[gi].row].get(spec.data.videos_column))
+            if spec.data.audios_column:
+                samples[-1]["audios"] = media_ref(self.rows[groups[gi].row].get(spec.data.audios_column))
         media = [g.prompt.media for g in groups for _ in range(G)]
         return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
                        adv, m, samples, media=media if any(x is not None for x in media) else None)
@@ -478,7 +480,7 @@ class GRPOTrainer:
         self.policy.save_pretrained(ckpt / "model", safe_serialization=True, state_dict=weights)
         self.tokenizer.save_pretrained(ckpt / "model")
         if self.vision is not None:  # a checkpoint is a loadable model directory, image processor included
-            self.vision.image_processor.save_pretrained(ckpt / "model")
+            self.vision.save_pretrained(ckpt / "model")
         save_trainer_state(ckpt / "trainer_state.pt", step=self.step, rollouts_done=self.rollouts_done,
                            sampler=self.sampler.state_dict(), optimizer=optimizer,
                            scheduler=self.scheduler.state_dict(), pending=pending, in_flight=in_flight or [],
