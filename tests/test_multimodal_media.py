@@ -467,3 +467,30 @@ def test_trainer_runs_on_an_audio_column(tmp_path: Path, tiny_audio: Path) -> No
     ckpt = run.latest_checkpoint() / "model"  # a checkpoint takes audio again: its processor is saved beside it
     assert check_spec(_spec(tmp_path, rows, f"model.name_or_path={ckpt}", "data.images_column=", "data.audios_column=audio"),
                       ROOT) == []
+
+
+# ----------------------------------------------------------------------------- the studio
+
+
+def test_studio_shows_a_videos_first_frame(tmp_path: Path) -> None:
+    import base64
+    import io
+
+    from PIL import Image
+
+    from app.media import thumb_uris
+    from app.paths import Workspace
+    from app.samples_view import render_step
+
+    paths = picture_paths(3)
+    gif = write_gif(tmp_path / "v.gif", paths[::-1])
+    for cell, first, ws in ((paths, paths[0], Workspace(ROOT)), ("v.gif", paths[-1], Workspace(tmp_path))):
+        uris = thumb_uris(first_frame(cell), ws)
+        assert len(uris) == 1
+        shown = Image.open(io.BytesIO(base64.b64decode(uris[0].split(",", 1)[1]))).convert("RGB")
+        assert np.array_equal(np.asarray(shown), np.asarray(load_image(first, ROOT)))  # the first frame, not another
+    assert gif.is_file()
+    samples = [{"group": g, "prompt": "p", "completion": f"c{k}", "reward": float(k), "videos": [f"f{g}a.png", f"f{g}b.png"]}
+               for g in range(2) for k in range(2)]
+    out = render_step(samples, image_uris=lambda refs: [f"data:image/png;base64,{r}" for r in refs])
+    assert out.count('class="gs-thumb"') == 2 and "f0a.png" in out and "f0b.png" not in out  # one first frame per group
