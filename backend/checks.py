@@ -499,9 +499,10 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
             if r.engine == "vllm" and not machine.gpus else ""
         issues.append(SpecIssue("rollout.engine", f"engine {r.engine!r} is not installed here "
                                                   f"(available: {', '.join(sorted(machine.engines))}){hint}"))
-    if r.engine == "vllm" and not r.worker_urls and (spec.data.images_column or spec.data.videos_column
-                                                      or spec.data.audios_column):
-        issues += _vllm_media_issues(spec, r.worker_python or sys.executable)
+    vllm_python = r.worker_python or sys.executable  # where vLLM runs (a missing interpreter is reported above)
+    if r.engine == "vllm" and not r.worker_urls and Path(vllm_python).is_file() and (
+            spec.data.images_column or spec.data.videos_column or spec.data.audios_column):
+        issues += _vllm_media_issues(spec, vllm_python)
     n = len(machine.gpus)
     wants_cuda = res.device == "cuda" or res.train_gpus or res.rollout_gpus
     if wants_cuda and n == 0:
