@@ -174,6 +174,7 @@ def test_colocated_vllm_trains_in_the_trainer_process(tmp_path) -> None:
 TINY_VL = PROJECT_ROOT / "assets/tiny-vl"
 
 
+@pytest.mark.slow  # ~25 s: vLLM starts to build an engine before it fails
 @pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not installed in this venv")
 def test_vllm_cpu_cannot_load_qwen2_vl_and_the_check_refuses_it_with_the_reason() -> None:
     """vLLM 0.32's Qwen2-VL code imports transformers' torchvision image processor; the CPU profile has no
