@@ -14,8 +14,9 @@ Contract
   It needs only the image processor's PIL backend and the tokenizer: transformers' Qwen2VLProcessor
   also builds a video processor, which needs torchvision, a package the CPU install does not have.
 - Videos (`data.videos_column`): a cell is one video, an animated GIF/WebP (path, bytes or dict) or a
-  list of still frame images of one size. Frames go through the image processor (its PIL backend, its
-  pixel budget) and are regrouped the way Qwen2-VL's video processor lays them out: pairs of consecutive
+  list of still frame images of one size. Frames go through the image processor (its PIL backend; the pixel
+  budget of the model's video_preprocessor_config.json when it ships one, else the image budget; every frame
+  given is used, no fps sampling) and are regrouped the way Qwen2-VL's video processor lays them out: pairs of consecutive
   frames (temporal_patch_size, the last frame repeated to fill a pair) form one temporal patch, giving
   {"pixel_values_videos", "video_grid_thw"} and one `<|video_pad|>` per merged patch per frame pair. A
   video of two identical frames is therefore exactly the image of that frame (the image processor repeats
@@ -383,13 +384,31 @@ class MMPrompt:
     images: tuple[Any, ...] = ()  # the RGB images themselves, for engines that process them (vLLM)
 
 
+def _video_size(model_dir: Path) -> dict[str, int] | None:
+    """The per-frame pixel budget ({"shortest_edge", "longest_edge"}: min and max pixels) of a model's video
+    processor config, when it ships one (video_preprocessor_config.json); frames are then resized by it, as
+    Qwen2-VL's video processor does, instead of by the image budget."""
+    import json
+
+    try:
+        cfg = json.loads((model_dir / "video_preprocessor_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    size = dict(cfg.get("size") or {}) if isinstance(cfg, dict) else {}
+    for key, name in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
+        if isinstance(cfg, dict) and cfg.get(key):
+            size[name] = int(cfg[key])
+    return {k: int(size[k]) for k in ("shortest_edge", "longest_edge")} if {"shortest_edge", "longest_edge"} <= set(size) else None
+
+
 class VisionProcessor:
     """Image processor + tokenizer, the Qwen2-VL way (placeholder expansion by grid size); videos are frames
     through the same image processor, regrouped into temporal patches (see the module docstring)."""
 
     def __init__(self, tokenizer: Any, image_processor: Any, image_token: str = "<|image_pad|>",
-                 video_token: str = "<|video_pad|>"):
+                 video_token: str = "<|video_pad|>", video_size: dict[str, int] | None = None):
         self.tokenizer, self.image_processor, self.image_token = tokenizer, image_processor, image_token
+        self.video_size = video_size  # per-frame pixel budget of the model's video processor; None = the image one
         self.image_token_id = tokenizer.convert_tokens_to_ids(image_token)
         if self.image_token_id is None or self.image_token_id == tokenizer.unk_token_id:
             raise MediaError(f"the tokenizer has no image placeholder token {image_token!r}")
@@ -408,7 +427,7 @@ class VisionProcessor:
         except (TypeError, ValueError):
             ip = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
         return cls(tokenizer, ip, getattr(tokenizer, "image_token", None) or "<|image_pad|>",
-                   getattr(tokenizer, "video_token", None) or "<|video_pad|>")
+                   getattr(tokenizer, "video_token", None) or "<|video_pad|>", _video_size(Path(path)))
 
     def messages(self, prompt: Any, n_images: int, system_prompt: str = "", n_videos: int = 0) -> list[dict[str, Any]]:
         return mm_messages(prompt, n_images, system_prompt, n_videos)
@@ -430,7 +449,8 @@ class VisionProcessor:
         P, P) with the frame repeated over T; one copy of each frame is kept, frames are padded to a multiple
         of T with the last one, and consecutive frames become the temporal axis of one patch, the layout of
         Qwen2-VL's video processor: (t, gh/m, gw/m, m, m, C, T, P, P)."""
-        feats = self.image_processor(images=frames, return_tensors="pt")
+        extra = {"size": self.video_size} if self.video_size else {}
+        feats = self.image_processor(images=frames, return_tensors="pt", **extra)
         grids = feats["image_grid_thw"].long()
         if (grids != grids[0]).any():
             raise MediaError("video frames resize to different patch grids")

@@ -494,3 +494,17 @@ def test_studio_shows_a_videos_first_frame(tmp_path: Path) -> None:
                for g in range(2) for k in range(2)]
     out = render_step(samples, image_uris=lambda refs: [f"data:image/png;base64,{r}" for r in refs])
     assert out.count('class="gs-thumb"') == 2 and "f0a.png" in out and "f0b.png" not in out  # one first frame per group
+
+
+def test_frames_take_the_video_processors_pixel_budget_when_the_model_ships_one(tmp_path: Path) -> None:
+    model = tmp_path / "vl"
+    model.mkdir()
+    for f in MODEL.iterdir():
+        (model / f.name).symlink_to(f)
+    # Qwen2-VL's video processor config: 56x56 = 3136 pixels per frame -> 4x4 patches of 14 px (112 px frames shrink)
+    (model / "video_preprocessor_config.json").write_text(json.dumps({"size": {"shortest_edge": 3136, "longest_edge": 3136}}))
+    proc = VisionProcessor.from_pretrained(str(model), AutoTokenizer.from_pretrained(MODEL))
+    frames = [load_image(p, ROOT) for p in picture_paths(2)]
+    pixels, grid = proc.video_features(frames)
+    assert grid.tolist() == [[1, 4, 4]] and pixels.shape == (16, 3 * 2 * 14 * 14)
+    assert proc.encode_text("<|image_pad|>", frames[:1]).media["image_grid_thw"].tolist() == [[1, 8, 8]]  # images: unchanged
