@@ -80,10 +80,10 @@ class Scene:
         """Top row first, left to right: the order of the image tokens, one per 28x28 cell."""
         return sorted(self.objects, key=lambda o: (o[3] // CELL, o[2] // CELL))
 
-    @property
-    def answer(self) -> str:
-        n = len(self.objects)
-        return f"<think>{n} object{'s' if n > 1 else ''}</think><answer>{n}</answer>"
+
+def answer_text(n: int) -> str:
+    """The R1-style target: a short thought and the count in tags."""
+    return f"<think>{n} object{'s' if n > 1 else ''}</think><answer>{n}</answer>"
 
 
 def random_scene(rng: random.Random, max_objects: int = 5) -> Scene:
@@ -194,7 +194,7 @@ def sft_label(scene: Scene, rng: random.Random, undercount: float, undercount_fr
     n = len(scene.objects)
     if n >= undercount_from and rng.random() < undercount:
         n -= 1
-    return f"<think>{n} object{'s' if n > 1 else ''}</think><answer>{n}</answer>"
+    return answer_text(n)
 
 
 def lr_at(step: int, steps: int, peak: float, final: float, warmup: int) -> float:
