@@ -330,6 +330,11 @@ def _check_split(spec: RunSpec, issues: list[SpecIssue]) -> None:
         issues.append(SpecIssue("rollout.tensor_parallel_size", "vLLM's CPU build runs TP 1 here; use data_parallel_size"))
     if on_cpu and (res.train_gpus or res.rollout_gpus):
         issues.append(SpecIssue("resources.device", "device cpu cannot use train_gpus/rollout_gpus"))
+    in_process = not (r.worker_urls or r.worker_python) and r.placement == "colocate" and r.engine != "lmdeploy"
+    if r.weight_sync == "collective" and in_process:
+        issues.append(SpecIssue("rollout.weight_sync", "collective sync is for rollout workers (placement 'separate', "
+                                                       "worker_urls, worker_python or lmdeploy); an engine in the trainer "
+                                                       "process takes the weights directly: use auto or file"))
     _check_ranks(spec, issues)
 
 

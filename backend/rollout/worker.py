@@ -8,12 +8,15 @@ just several workers (see pool.py).
 Protocol: `multiprocessing.connection` over TCP with an HMAC auth key. A request is
 `{"op": name, "args": {...}}`, a reply `{"ok": True, "result": ...}` or `{"ok": False, "error": ..., "traceback": ...}`.
 Ops: generate(prompts, sampling) -> list[list[Completion]]; update_weights(path | blob, version);
+init_weight_channel(host, port, world, rank, backend, group_timeout_s); receive_weights(meta, version);
 sleep(level); wake_up(); health() -> dict; close().
 
-Weights on CPU travel as one safetensors file in shared memory (/dev/shm) for a worker on this
-machine, or inline as safetensors bytes for a worker reached by URL. On GPUs the fast path is NCCL
-(a communicator between the trainer rank and the engine's ranks, as TRL's vLLM client does); that is
-not in this version: `update_weights` over NCCL raises NotImplementedError rather than pretend.
+Weights travel one of two ways (rollout.weight_sync):
+- file: one safetensors file in shared memory (/dev/shm) for a worker on this machine, or inline
+  safetensors bytes for a worker reached by URL (update_weights);
+- collective: the worker joins the trainer's weight channel once (init_weight_channel: a process group
+  of its own, NCCL on GPUs, gloo on CPU, see weight_sync.py), then each update is a receive_weights
+  op carrying the metadata while the trainer broadcasts the buckets; the engine loads them as they arrive.
 
 Start one by hand (e.g. on another node), then give its URL to the run (rollout.worker_urls):
 
@@ -129,6 +132,7 @@ class _Server:
         self.engine, self.cfg = engine, cfg
         self.version = 0  # policy version of the weights loaded last
         self.closing = False
+        self.channel = None  # the weight channel (weight_sync.WeightChannel) once the trainer sets it up
 
     def handle(self, op: str, args: dict[str, Any]) -> Any:
         if op == "generate":
@@ -145,6 +149,21 @@ class _Server:
             self.engine.update_weights(tensors.items())
             self.version = int(args.get("version", self.version + 1))
             return self.version
+        if op == "init_weight_channel":
+            from backend.rollout.weight_sync import WeightChannel
+
+            if self.channel is not None:
+                self.channel.close()
+                self.channel = None
+            self.channel = WeightChannel.join(args["host"], int(args["port"]), int(args["world"]), int(args["rank"]),
+                                              args["backend"], float(args["group_timeout_s"]))
+            return {"rank": self.channel.rank, "backend": self.channel.backend}
+        if op == "receive_weights":
+            if self.channel is None:
+                raise RuntimeError("receive_weights before init_weight_channel: this worker has no weight channel")
+            self.engine.update_weights(self.channel.receive(args["meta"]))
+            self.version = int(args.get("version", self.version + 1))
+            return self.version
         if op == "sleep":
             self.engine.sleep()
             return None
@@ -152,7 +171,7 @@ class _Server:
             self.engine.wake_up()
             return None
         if op == "health":
-            return {"pid": os.getpid(), "engine": self.cfg.engine, "version": self.version,
+            return {"pid": os.getpid(), "engine": self.cfg.engine, "version": self.version, "device": self.cfg.device,
                     "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
         if op == "close":
             self.closing = True
@@ -226,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                 server.serve(conn)
             if parent:  # a supervised worker serves its trainer only
                 break
+    if server.channel is not None:
+        server.channel.close()
     engine.close()
     return 0
 
@@ -319,6 +340,20 @@ class WorkerHandle:
         finally:
             if remove:
                 Path(path).unlink(missing_ok=True)
+
+    def init_weight_channel(self, host: str, port: int, world: int, rank: int, backend: str, timeout_s: float) -> None:
+        """Join the trainer's weight channel as `rank` (returns once every rank has joined)."""
+        self.call("init_weight_channel", host=host, port=port, world=world, rank=rank, backend=backend,
+                  group_timeout_s=timeout_s)
+
+    def receive_weights(self, meta, version: int = 0) -> None:
+        """Take one broadcast update described by `meta` (weight_sync.WeightsMeta); the trainer sends meanwhile."""
+        self.call("receive_weights", meta=meta, version=version)
+
+    @property
+    def local(self) -> bool:
+        """Started by this trainer on this machine (not reached by URL)."""
+        return self.proc is not None
 
     def sleep(self) -> None:
         self.call("sleep")

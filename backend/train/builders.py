@@ -113,6 +113,16 @@ def rollout_gpu_sets(spec: RunSpec) -> list[list[int]] | None:
     return [gpus[i * tp:(i + 1) * tp] for i in range(r.data_parallel_size)]
 
 
+def weight_sync_mode(spec: RunSpec) -> str:
+    """rollout.weight_sync resolved: auto = collective when training and rollout run on GPUs (NCCL), file on CPU,
+    where the shared-memory file measured faster than a gloo broadcast (bench.weight_sync)."""
+    r, res = spec.rollout, spec.resources
+    if r.weight_sync != "auto":
+        return r.weight_sync
+    on_gpu = res.device == "cuda" or (res.device == "auto" and torch.cuda.is_available())
+    return "collective" if on_gpu else "file"
+
+
 def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype | None = None,
                  base_dir: Path = Path("."), log_dir: Path | None = None) -> RolloutEngine:
     """The rollout engine: a pool of rollout workers (uses_workers), colocated vLLM in this process, or the
@@ -130,13 +140,15 @@ def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype |
             for h in handles:
                 h.close()
             raise
-        return RolloutPool(handles)
+        return RolloutPool(handles, weight_sync=weight_sync_mode(spec), bucket_mb=r.weight_sync_bucket_mb,
+                           channel_timeout_s=r.worker_timeout_s)
     if uses_workers(spec):
         from backend.rollout.pool import start_workers
 
         count = r.data_parallel_size if r.placement == "separate" else 1
         return start_workers(worker_config(spec, base_dir), count, log_dir or Path("."), rollout_gpu_sets(spec),
-                             python=r.worker_python, call_timeout_s=r.worker_timeout_s)
+                             python=r.worker_python, call_timeout_s=r.worker_timeout_s,
+                             weight_sync=weight_sync_mode(spec), bucket_mb=r.weight_sync_bucket_mb)
     if r.engine == "vllm":
         from backend.rollout.vllm_engine import VLLMEngine
 
