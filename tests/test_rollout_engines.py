@@ -167,3 +167,35 @@ def test_colocated_vllm_trains_in_the_trainer_process(tmp_path) -> None:
     rows = read_jsonl(run.metrics_path)[0]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["sampling/sampling_logp_difference/max"] < 5e-3 for r in rows)
+
+
+def test_worker_takes_weights_over_the_collective_channel(engine, tok, reference) -> None:
+    """A worker (hf, or vLLM's CPU build under its own interpreter) joins the trainer's weight channel (gloo
+    here, the code path NCCL takes on GPUs), receives bucketed weights and samples with them."""
+    kind, eng = engine
+    if not kind.endswith("-worker"):
+        pytest.skip("the weight channel is for rollout workers")
+    from backend.rollout.pool import RolloutPool
+
+    pool = RolloutPool([eng], [kind], weight_sync="collective", bucket_mb=1)
+    ps = _prompts(tok, ["23+45=", "7+18="])
+    sp = SamplingParams(n=4, max_tokens=5, temperature=1.0, seed=3)
+    before = pool.generate(ps, sp)
+    changed = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.mul_(0.5)
+    try:
+        pool.update_weights(changed.named_parameters(), version=5)
+        assert pool.channel is not None and len(pool.channel_meta_buckets) > 1  # several buckets went over it
+        assert eng.health()["version"] == 5
+        after = pool.generate(ps, sp)
+        assert [[c.token_ids for c in g] for g in after] != [[c.token_ids for c in g] for g in before]
+        for p, group in zip(ps, after):
+            for c in group:
+                assert c.logprobs == pytest.approx(_forward_logps(changed, p.token_ids, c.token_ids, 1.0), abs=TOL[kind])
+    finally:
+        pool.update_weights(reference.named_parameters(), version=6)
+        pool.channel.close()
+    again = pool.generate(ps, sp)
+    assert [[c.token_ids for c in g] for g in again] == [[c.token_ids for c in g] for g in before]

@@ -72,6 +72,7 @@ class RolloutPool:
         self.bucket_bytes = max(1, int(bucket_mb * 2**20))
         self.channel_timeout_s = channel_timeout_s
         self.channel: WeightChannel | None = None
+        self.channel_meta_buckets: tuple = ()  # the buckets of the last collective update (for timing and tests)
 
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
         prompts = group_seeds(prompts, sampling)
@@ -160,6 +161,7 @@ class RolloutPool:
         tensors = {n: t.detach() for n, t in named_tensors}
         channel = self.channel or self._open_channel()
         meta = plan_buckets(tensors.items(), self.bucket_bytes)
+        self.channel_meta_buckets = meta.buckets
         version = self.version
         self._together(lambda: channel.send(meta, tensors),
                        [lambda w=w: w.receive_weights(meta, version) for w in self.instances], f"{channel.backend} broadcast")
