@@ -161,6 +161,41 @@ def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype |
     return HFEngine(model, tokenizer, autocast_dtype=autocast_dtype)
 
 
+def base_name(peft_name: str) -> str:
+    """A peft parameter's name as the base model (and every engine) names it."""
+    return peft_name.removeprefix("base_model.model.").replace(".base_layer", "")
+
+
+def lora_scalings(policy, adapter: str = "default") -> dict[str, float]:
+    """Each LoRA layer's scale (alpha / r, or alpha / sqrt(r) with rsLoRA) by its module name, as peft holds it."""
+    return {name: float(m.scaling[adapter]) for name, m in policy.named_modules()
+            if isinstance(getattr(m, "scaling", None), dict) and adapter in m.scaling}
+
+
+@torch.no_grad()
+def merge_lora_state(state: dict[str, torch.Tensor], scalings: dict[str, float],
+                     adapter: str = "default") -> dict[str, torch.Tensor]:
+    """A peft state (full tensors, peft names) merged into base-model names: W = W_base + scale * B @ A for every
+    LoRA linear layer, in float32, cast back to W's dtype. The math peft's merge_adapter does, done on gathered
+    copies, for where the live modules cannot be merged in place (ZeRO-3 partitions them)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, t in state.items():
+        if "lora_" not in name:
+            out[base_name(name)] = t
+            continue
+        if not (name.endswith(f".lora_A.{adapter}.weight") or name.endswith(f".lora_B.{adapter}.weight")):
+            raise ValueError(f"cannot merge LoRA parameter {name!r} for the rollout engine: only LoRA linear layers "
+                             f"(lora_A / lora_B of adapter {adapter!r}) are merged")
+    for module, scale in scalings.items():
+        a, b = state.get(f"{module}.lora_A.{adapter}.weight"), state.get(f"{module}.lora_B.{adapter}.weight")
+        if a is None or b is None:
+            continue
+        key = base_name(f"{module}.base_layer.weight")
+        w = out[key]
+        out[key] = (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
+    return out
+
+
 @torch.no_grad()
 def engine_weights(policy, peft_names: bool) -> dict[str, torch.Tensor]:
     """A CPU copy of the policy's weights for an engine. With LoRA and peft_names False, the adapter is merged
@@ -175,7 +210,7 @@ def engine_weights(policy, peft_names: bool) -> dict[str, torch.Tensor]:
         for n, p in policy.named_parameters():
             if "lora_" in n:
                 continue
-            out[n.removeprefix("base_model.model.").replace(".base_layer", "")] = p.detach().to("cpu", copy=True)
+            out[base_name(n)] = p.detach().to("cpu", copy=True)
         return out
     finally:
         policy.unmerge_adapter()

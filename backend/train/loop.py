@@ -49,6 +49,8 @@ from backend.train.builders import (
     build_reference,
     build_scheduler,
     engine_weights,
+    lora_scalings,
+    merge_lora_state,
 )
 from backend.train.checkpoint import load_trainer_state, save_trainer_state
 from backend.train.forward import autocast, completion_logits
@@ -402,15 +404,20 @@ class GRPOTrainer:
     def engine_weights(self) -> dict[str, torch.Tensor] | None:
         """A CPU snapshot of the policy as the engine names it (LoRA merged, except for an in-process peft copy);
         None on ranks without an engine. Under ZeRO-3 every rank calls it: parameters are gathered in buckets."""
+        peft_names = isinstance(self.engine, HFEngine)  # an in-process copy of the peft model keeps peft's names
         if self.ranks.params_sharded:
             out: dict[str, torch.Tensor] = {}
             for bucket in self.ranks.gathered(self.policy):
                 if self.engine is not None:
                     out.update({n: t.detach().to("cpu", copy=True) for n, t in bucket})
-            return out if self.engine is not None else None
+            if self.engine is None:
+                return None
+            if hasattr(self.policy, "merge_adapter") and not peft_names:  # LoRA: merged on the gathered copies
+                out = merge_lora_state(out, lora_scalings(self.policy))
+            return out
         if self.engine is None:
             return None
-        return engine_weights(self.policy, peft_names=isinstance(self.engine, HFEngine))
+        return engine_weights(self.policy, peft_names=peft_names)
 
     def push_weights(self, weights: dict[str, torch.Tensor] | None, version: int) -> float:
         t0 = time.time()
