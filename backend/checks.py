@@ -557,6 +557,32 @@ def memory_estimate(spec: RunSpec, params: int, machine: Machine) -> list[str]:
     return lines
 
 
+def weight_sync_mode(spec: RunSpec, on_gpu: bool) -> str:
+    """rollout.weight_sync resolved: auto = collective when training and rollout run on GPUs (NCCL), file on CPU,
+    where the shared-memory file measured faster than a gloo broadcast (python -m bench.weight_sync)."""
+    r = spec.rollout
+    if r.weight_sync != "auto":
+        return r.weight_sync
+    return "collective" if on_gpu else "file"
+
+
+def weight_sync_line(spec: RunSpec, on_gpu: bool) -> str:
+    """How new weights reach the engine after each update, in one sentence (the planner shows it)."""
+    r = spec.rollout
+    workers = bool(r.worker_urls or r.worker_python) or r.placement == "separate" or r.engine == "lmdeploy"
+    lora = (" LoRA: the adapter is merged into the base weights and those are pushed (an adapter-only push is not "
+            "in this version)") if spec.model.finetune == "lora" else ""
+    if not workers:
+        if r.engine == "hf" and not r.async_generation:
+            return "weights: the engine samples with the policy's own weights (nothing to push)"
+        return f"weights: copied into the in-process {r.engine} engine after each update." + lora
+    if weight_sync_mode(spec, on_gpu) == "collective":
+        how = f"{'NCCL' if on_gpu else 'gloo'} broadcast from the trainer in {r.weight_sync_bucket_mb} MB buckets"
+    else:
+        how = "one safetensors file in shared memory" + (" (inline bytes to workers reached by URL)" if r.worker_urls else "")
+    return f"weights to the rollout workers: {how}." + lora
+
+
 def plan(spec: RunSpec, machine: Machine, base_dir: str | Path = ".", params: int | None = None) -> Plan:
     """The planner's layout for the studio's GPU panel and the CLI: where training and each engine instance
     run, and (given the parameter count) a memory estimate. ok is exactly check() == []."""
@@ -595,6 +621,7 @@ def plan(spec: RunSpec, machine: Machine, base_dir: str | Path = ".", params: in
                          + (f", DeepSpeed ZeRO-{res.deepspeed_stage}" if res.deepspeed_stage else ""))
         if params:
             lines += memory_estimate(spec, params, machine)
+    lines.append(weight_sync_line(spec, not on_cpu))
     if r.async_generation:
         lines.append(f"async: sampling up to {r.max_staleness} update(s) ahead of training (off-policy by at most "
                      f"{r.max_staleness})")

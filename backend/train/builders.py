@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, get_scheduler
 
+from backend import checks
 from backend.models import compute_dtype, load_base, model_ref
 from backend.rollout.base import RolloutEngine
 from backend.rollout.worker import WorkerConfig
@@ -114,13 +115,9 @@ def rollout_gpu_sets(spec: RunSpec) -> list[list[int]] | None:
 
 
 def weight_sync_mode(spec: RunSpec) -> str:
-    """rollout.weight_sync resolved: auto = collective when training and rollout run on GPUs (NCCL), file on CPU,
-    where the shared-memory file measured faster than a gloo broadcast (bench.weight_sync)."""
-    r, res = spec.rollout, spec.resources
-    if r.weight_sync != "auto":
-        return r.weight_sync
-    on_gpu = res.device == "cuda" or (res.device == "auto" and torch.cuda.is_available())
-    return "collective" if on_gpu else "file"
+    """rollout.weight_sync for this machine (the rule is checks.weight_sync_mode)."""
+    res = spec.resources
+    return checks.weight_sync_mode(spec, res.device == "cuda" or (res.device == "auto" and torch.cuda.is_available()))
 
 
 def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype | None = None,
