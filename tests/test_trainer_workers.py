@@ -92,7 +92,7 @@ def test_lora_weights_reach_the_worker_merged(tmp_path: Path) -> None:
     local, _ = train(tmp_path / "a", "algorithm.max_steps=3", "model.finetune=lora", "model.lora_rank=4",
                      "algorithm.learning_rate=5e-3")
     pooled, _ = train(tmp_path / "b", "algorithm.max_steps=3", "model.finetune=lora", "model.lora_rank=4",
-                      "algorithm.learning_rate=5e-3", *SEP)
+                      "algorithm.learning_rate=5e-3", *SEP, "rollout.weight_sync=collective")  # over the gloo channel
     assert [r["reward"] for r in metrics(pooled)] == pytest.approx([r["reward"] for r in metrics(local)], abs=1e-5)
 
 

@@ -21,9 +21,11 @@ Contract (base.py), mapped onto vLLM:
 Environment on CPU: VLLM_CPU_KVCACHE_SPACE (GiB, 1 is plenty here) and VLLM_ENABLE_V1_MULTIPROCESSING=0
 (in-process engine core, ~3 s start); spawn_worker sets both.
 
-Not in this version (GPU only, untested here): NCCL weight transfer. vLLM 0.32 ships it as a
-`weight_transfer_config` engine with start_weight_update / update_weights / finish_weight_update on its
-workers; until that is wired and tested on a GPU, weights go through reload_weights from host memory.
+Weights arrive either from a file / inline bytes or over the trainer's weight channel (weight_sync.py:
+gloo on CPU, NCCL on GPUs, received in the worker's process, one rank per instance); either way they are
+loaded here through reload_weights. vLLM 0.32's own `weight_transfer_config` path (NCCL straight into
+every TP rank) is not used. LoRA: the trainer pushes merged base weights; an adapter-only push
+(LoRARequest per version) is not in this version.
 """
 
 from __future__ import annotations
