@@ -566,12 +566,22 @@ def weight_sync_mode(spec: RunSpec, on_gpu: bool) -> str:
     return "collective" if on_gpu else "file"
 
 
+def adapter_push(spec: RunSpec) -> bool:
+    """LoRA runs push only the adapter to engines that take one: vLLM (GPU, and its CPU build, which runs LoRA
+    here and is tested). The hf engine (worker or in-process copy) and LoRA with LMDeploy get the adapter
+    merged into the base weights."""
+    return spec.model.finetune == "lora" and spec.rollout.engine == "vllm"
+
+
 def weight_sync_line(spec: RunSpec, on_gpu: bool) -> str:
     """How new weights reach the engine after each update, in one sentence (the planner shows it)."""
     r = spec.rollout
     workers = bool(r.worker_urls or r.worker_python) or r.placement == "separate" or r.engine == "lmdeploy"
-    lora = (" LoRA: the adapter is merged into the base weights and those are pushed (an adapter-only push is not "
-            "in this version)") if spec.model.finetune == "lora" else ""
+    lora = ""
+    if adapter_push(spec):
+        lora = " LoRA: only the adapter is pushed (vLLM LoRA, a new adapter id per version)."
+    elif spec.model.finetune == "lora":
+        lora = f" LoRA: the adapter is merged into the base weights and those are pushed ({r.engine} takes no adapter)."
     if not workers:
         if r.engine == "hf" and not r.async_generation:
             return "weights: the engine samples with the policy's own weights (nothing to push)"

@@ -199,3 +199,54 @@ def test_worker_takes_weights_over_the_collective_channel(engine, tok, reference
         pool.channel.close()
     again = pool.generate(ps, sp)
     assert [[c.token_ids for c in g] for g in again] == [[c.token_ids for c in g] for g in before]
+
+
+def _lora_policy(scale: float):
+    """The tiny model with a rank-4 LoRA on every linear layer and random (non-zero) B matrices."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32),
+                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return model
+
+
+@pytest.mark.parametrize("kind", [
+    pytest.param("vllm", marks=pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not installed in this venv")),
+    pytest.param("vllm-worker", marks=pytest.mark.skipif(vllm_python() is None, reason="no CPU vLLM venv"))])
+def test_vllm_takes_lora_adapters_and_samples_with_them(kind, tok, tmp_path) -> None:
+    """Adapter-only push (LoRA runs with vLLM): each version is a new adapter; the engine's logprobs are those of
+    the base model with that adapter merged. In a worker, the second push goes over the collective channel."""
+    from backend.train.builders import adapter_config, adapter_state
+
+    cfg = WorkerConfig(engine="vllm", model=str(TINY), dtype="float32", max_lora_rank=4)
+    if kind == "vllm":
+        from backend.rollout.vllm_engine import VLLMEngine
+
+        eng = VLLMEngine(cfg)
+    else:
+        from backend.rollout.pool import RolloutPool
+
+        handle = spawn_worker(cfg, "lora", tmp_path / "w.log", python=vllm_python(), start_timeout_s=300)
+        eng = RolloutPool([handle], ["lora"], weight_sync="collective")
+    ps = _prompts(tok, ["23+45=", "7+18="])
+    sp = SamplingParams(n=3, max_tokens=5, temperature=1.0, seed=3)
+    try:
+        for version, scale in ((1, 0.3), (2, 0.6)):
+            policy = _lora_policy(scale)
+            if kind == "vllm":
+                eng.update_adapter(adapter_state(policy).items(), adapter_config(policy), version)
+            else:
+                eng.weight_sync = "file" if version == 1 else "collective"
+                eng.update_weights(adapter_state(policy).items(), version, adapter=adapter_config(policy))
+            merged = policy.merge_and_unload().eval()
+            out = eng.generate(ps, sp)
+            for p, group in zip(ps, out):
+                for c in group:
+                    assert c.logprobs == pytest.approx(_forward_logps(merged, p.token_ids, c.token_ids, 1.0), abs=TOL[kind])
+    finally:
+        eng.close()  # the pool releases its worker

@@ -92,10 +92,12 @@ class RolloutPool:
         self.last_timings = [t for _, t in results]
         return [g for out, _ in results for g in out]
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None,
+                       adapter: dict | None = None) -> None:
+        """New weights for every instance; with `adapter` (a peft config) the tensors are a LoRA adapter."""
         self.version = self.version + 1 if version is None else version
         if self.weight_sync == "collective":
-            self._broadcast_weights(named_tensors)
+            self._broadcast_weights(named_tensors, adapter)
             return
         local = [e for e in self.instances if isinstance(e, WorkerHandle) and e.proc is not None]
         tensors = {n: t.detach().to("cpu").contiguous() for n, t in named_tensors}
@@ -104,9 +106,11 @@ class RolloutPool:
             futures = []
             for e in self.instances:
                 if path is not None and e in local:
-                    futures.append(self._threads.submit(e.update_weights_from_file, path, self.version))
+                    futures.append(self._threads.submit(e.update_weights_from_file, path, self.version, adapter=adapter))
                 elif isinstance(e, WorkerHandle):
-                    futures.append(self._threads.submit(e.update_weights, tensors.items(), self.version))
+                    futures.append(self._threads.submit(e.update_weights, tensors.items(), self.version, adapter))
+                elif adapter is not None:
+                    futures.append(self._threads.submit(e.update_adapter, tensors.items(), adapter, self.version))
                 else:
                     futures.append(self._threads.submit(e.update_weights, tensors.items()))
             for f in futures:
@@ -157,14 +161,15 @@ class RolloutPool:
                                          for r, w in enumerate(workers, start=1)], f"{backend} setup")
         return channel
 
-    def _broadcast_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def _broadcast_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], adapter: dict | None = None) -> None:
         tensors = {n: t.detach() for n, t in named_tensors}
         channel = self.channel or self._open_channel()
         meta = plan_buckets(tensors.items(), self.bucket_bytes)
         self.channel_meta_buckets = meta.buckets
         version = self.version
         self._together(lambda: channel.send(meta, tensors),
-                       [lambda w=w: w.receive_weights(meta, version) for w in self.instances], f"{channel.backend} broadcast")
+                       [lambda w=w: w.receive_weights(meta, version, adapter) for w in self.instances],
+                       f"{channel.backend} broadcast")
 
     def sleep(self) -> None:
         for f in [self._threads.submit(e.sleep) for e in self.instances]:

@@ -7,8 +7,9 @@ just several workers (see pool.py).
 
 Protocol: `multiprocessing.connection` over TCP with an HMAC auth key. A request is
 `{"op": name, "args": {...}}`, a reply `{"ok": True, "result": ...}` or `{"ok": False, "error": ..., "traceback": ...}`.
-Ops: generate(prompts, sampling) -> list[list[Completion]]; update_weights(path | blob, version);
-init_weight_channel(host, port, world, rank, backend, group_timeout_s); receive_weights(meta, version);
+Ops: generate(prompts, sampling) -> list[list[Completion]]; update_weights(path | blob, version, adapter);
+init_weight_channel(host, port, world, rank, backend, group_timeout_s); receive_weights(meta, version, adapter)
+(adapter: None for full weights, else a LoRA adapter's peft config, for an engine with update_adapter);
 sleep(level); wake_up(); health() -> dict; close().
 
 Weights travel one of two ways (rollout.weight_sync):
@@ -77,6 +78,7 @@ class WorkerConfig:
     enable_sleep: bool = False
     max_model_len: int = 0  # 0 = the engine's default
     lmdeploy_backend: str = "pytorch"
+    max_lora_rank: int = 0  # vllm only: > 0 = LoRA enabled, the trainer pushes adapters (update_adapter)
     seed: int = 0
 
     def to_args(self) -> list[str]:
@@ -146,8 +148,7 @@ class _Server:
                 from safetensors.torch import load
 
                 tensors = load(args["blob"])
-            self.engine.update_weights(tensors.items())
-            self.version = int(args.get("version", self.version + 1))
+            self._load(tensors.items(), args)
             return self.version
         if op == "init_weight_channel":
             from backend.rollout.weight_sync import WeightChannel
@@ -161,8 +162,7 @@ class _Server:
         if op == "receive_weights":
             if self.channel is None:
                 raise RuntimeError("receive_weights before init_weight_channel: this worker has no weight channel")
-            self.engine.update_weights(self.channel.receive(args["meta"]))
-            self.version = int(args.get("version", self.version + 1))
+            self._load(self.channel.receive(args["meta"]), args)
             return self.version
         if op == "sleep":
             self.engine.sleep()
@@ -177,6 +177,14 @@ class _Server:
             self.closing = True
             return None
         raise ValueError(f"unknown op {op!r}")
+
+    def _load(self, tensors: Iterable[tuple[str, torch.Tensor]], args: dict[str, Any]) -> None:
+        """Full weights, or (args["adapter"]: its peft config) a LoRA adapter for an engine that takes one."""
+        self.version = int(args.get("version", self.version + 1))
+        if args.get("adapter") is not None:
+            self.engine.update_adapter(tensors, args["adapter"], self.version)
+        else:
+            self.engine.update_weights(tensors)
 
     def serve(self, conn: Connection) -> None:
         while not self.closing:
@@ -325,18 +333,21 @@ class WorkerHandle:
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
         return self.call("generate", prompts=prompts, sampling=sampling)
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0,
+                       adapter: dict | None = None) -> None:
+        """New weights (or, with `adapter` = its peft config, a LoRA adapter) as a file or inline bytes."""
         tensors = {n: t.detach().to("cpu").contiguous() for n, t in named_tensors}
         if self.proc is not None and _shm_dir():
-            self.update_weights_from_file(write_weights(tensors), version, remove=True)
+            self.update_weights_from_file(write_weights(tensors), version, remove=True, adapter=adapter)
         else:
             from safetensors.torch import save
 
-            self.call("update_weights", blob=save(tensors), version=version)
+            self.call("update_weights", blob=save(tensors), version=version, adapter=adapter)
 
-    def update_weights_from_file(self, path: str, version: int = 0, remove: bool = False) -> None:
+    def update_weights_from_file(self, path: str, version: int = 0, remove: bool = False,
+                                 adapter: dict | None = None) -> None:
         try:
-            self.call("update_weights", path=path, version=version)
+            self.call("update_weights", path=path, version=version, adapter=adapter)
         finally:
             if remove:
                 Path(path).unlink(missing_ok=True)
@@ -346,9 +357,9 @@ class WorkerHandle:
         self.call("init_weight_channel", host=host, port=port, world=world, rank=rank, backend=backend,
                   group_timeout_s=timeout_s)
 
-    def receive_weights(self, meta, version: int = 0) -> None:
+    def receive_weights(self, meta, version: int = 0, adapter: dict | None = None) -> None:
         """Take one broadcast update described by `meta` (weight_sync.WeightsMeta); the trainer sends meanwhile."""
-        self.call("receive_weights", meta=meta, version=version)
+        self.call("receive_weights", meta=meta, version=version, adapter=adapter)
 
     @property
     def local(self) -> bool:

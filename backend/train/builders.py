@@ -101,7 +101,8 @@ def worker_config(spec: RunSpec, base_dir: Path) -> WorkerConfig:
                         device="cuda" if on_gpu else "cpu", threads=r.worker_threads, trust_remote_code=m.trust_remote_code,
                         tensor_parallel_size=r.tensor_parallel_size, gpu_memory_utilization=r.gpu_memory_utilization,
                         enable_sleep=r.sleep and r.placement == "colocate", lmdeploy_backend=r.lmdeploy_backend,
-                        max_model_len=0, seed=spec.algorithm.seed)
+                        max_model_len=0, seed=spec.algorithm.seed,
+                        max_lora_rank=m.lora_rank if checks.adapter_push(spec) else 0)
 
 
 def rollout_gpu_sets(spec: RunSpec) -> list[list[int]] | None:
@@ -191,6 +192,24 @@ def merge_lora_state(state: dict[str, torch.Tensor], scalings: dict[str, float],
         w = out[key]
         out[key] = (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
     return out
+
+
+def adapter_config(policy, adapter: str = "default") -> dict:
+    """The LoRA adapter's peft config as adapter_config.json holds it (what an engine loading the adapter reads)."""
+    import json
+
+    d = policy.peft_config[adapter].to_dict()
+    return json.loads(json.dumps(d, default=lambda v: sorted(v) if isinstance(v, set) else str(v)))
+
+
+@torch.no_grad()
+def adapter_state(policy, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """A CPU copy of the LoRA adapter alone, under the names peft saves (from `state`, the full peft state
+    gathered under ZeRO-3, or from the live parameters)."""
+    from peft import get_peft_model_state_dict
+
+    got = get_peft_model_state_dict(policy, state_dict=state)
+    return {n: t.detach().to("cpu", copy=True) for n, t in got.items()}
 
 
 @torch.no_grad()

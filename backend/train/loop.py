@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from backend import checks
 from backend.data import PromptSampler, load_rows, render_prompt
 from backend.eval.greedy import greedy_eval
 from backend.models import compute_dtype, load_tokenizer, load_vision_processor, resolve_device
@@ -42,6 +43,8 @@ from backend.spec import AlgorithmSection, RunSpec
 from backend.train import dist, grpo
 from backend.train.batch import PendingRollout, Prompt, Rollout, ScoredGroup
 from backend.train.builders import (
+    adapter_config,
+    adapter_state,
     build_engine,
     build_optimizer,
     build_policy,
@@ -89,6 +92,8 @@ class GRPOTrainer:
             build_engine(spec, engine_model, self.tokenizer, self.autocast_dtype, base_dir, run.path)
         self.ranks.wrap(spec, self.policy, self.optimizer, base_dir)  # DeepSpeed ZeRO (stage >= 1)
         self.engine_version = 0  # optimizer steps behind the weights the engine holds
+        # LoRA with an engine that takes adapters (checks.adapter_push): only the adapter is pushed
+        self.adapter_config = adapter_config(self.policy) if checks.adapter_push(spec) and self.engine is not None else None
         r = spec.rollout  # a colocated GPU engine sleeps while the trainer updates (sync only: async keeps it busy)
         self.engine_sleeps = r.placement == "colocate" and r.sleep and r.engine != "hf" and not r.async_generation
         self.async_counts = {"async/waited": 0, "async/dropped": 0}  # batches held back / resampled by the bound
@@ -412,11 +417,15 @@ class GRPOTrainer:
                     out.update({n: t.detach().to("cpu", copy=True) for n, t in bucket})
             if self.engine is None:
                 return None
+            if self.adapter_config is not None:
+                return adapter_state(self.policy, out)
             if hasattr(self.policy, "merge_adapter") and not peft_names:  # LoRA: merged on the gathered copies
                 out = merge_lora_state(out, lora_scalings(self.policy))
             return out
         if self.engine is None:
             return None
+        if self.adapter_config is not None:
+            return adapter_state(self.policy)
         return engine_weights(self.policy, peft_names=peft_names)
 
     def push_weights(self, weights: dict[str, torch.Tensor] | None, version: int) -> float:
@@ -424,7 +433,9 @@ class GRPOTrainer:
         if self.engine is None or weights is None:
             pass
         elif isinstance(self.engine, RolloutPool):
-            self.engine.update_weights(weights.items(), version)
+            self.engine.update_weights(weights.items(), version, adapter=self.adapter_config)
+        elif self.adapter_config is not None:
+            self.engine.update_adapter(weights.items(), self.adapter_config, version)
         else:
             self.engine.update_weights(weights.items())
         self.engine_version = version
