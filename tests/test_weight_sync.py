@@ -57,7 +57,7 @@ def test_pack_unpack_round_trip_is_exact() -> None:
         assert back[k].dtype == t[k].dtype and torch.equal(back[k], t[k])
 
 
-def test_channel_is_its_own_group_beside_a_default_group() -> None:
+def test_channel_is_a_group_of_its_own() -> None:
     """Three ranks (threads) over gloo: every receiver gets the exact tensors, and torch.distributed's
     default group (what DDP/DeepSpeed use) is neither needed nor created."""
     import torch.distributed as dist
@@ -98,6 +98,7 @@ def _halved() -> torch.nn.Module:
     return model
 
 
+@pytest.mark.slow
 def test_two_workers_take_weights_over_the_channel_and_sample_like_the_engine(tmp_path, tok) -> None:
     pool = start_workers(CFG, 2, tmp_path, start_timeout_s=300, weight_sync="collective", bucket_mb=0.5)
     try:
@@ -123,6 +124,7 @@ def test_two_workers_take_weights_over_the_channel_and_sample_like_the_engine(tm
         pool.close()
 
 
+@pytest.mark.slow
 def test_worker_dying_during_a_broadcast_is_named_not_a_hang(tmp_path) -> None:
     pool = start_workers(CFG, 2, tmp_path, start_timeout_s=300, call_timeout_s=60, weight_sync="collective",
                          bucket_mb=0.05)
