@@ -192,10 +192,12 @@ class _Server:
                 req = conn.recv()
             except (EOFError, OSError):
                 return
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 result = self.handle(req["op"], req.get("args", {}))
-                reply = {"ok": True, "result": result, "seconds": time.perf_counter() - t0}  # the engine's own time
+                # the engine's own wall time, and this process's CPU time for the call (what benchmarks compare)
+                reply = {"ok": True, "result": result, "seconds": time.perf_counter() - t0,
+                         "cpu_seconds": time.process_time() - c0}
             except Exception as err:  # the client raises it with the worker's name and log
                 reply = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
                 print(reply["traceback"], file=sys.stderr, flush=True)
@@ -286,6 +288,7 @@ class WorkerHandle:
     timeout_s: float = 600.0  # longest a call may take before the worker counts as hung
     conn: Connection | None = None
     last_engine_s: float = 0.0  # the worker's own time for the last call (the rest is protocol and transfer)
+    last_cpu_s: float = 0.0  # the worker process's CPU time for the last call (all its threads)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -327,6 +330,7 @@ class WorkerHandle:
         if not reply["ok"]:
             raise self._fail(f"failed {op}: {reply['error']}\n{reply.get('traceback', '')}")
         self.last_engine_s = reply.get("seconds", 0.0)
+        self.last_cpu_s = reply.get("cpu_seconds", 0.0)
         return reply["result"]
 
     # the engine interface
