@@ -71,6 +71,17 @@ def test_vl_model_and_run_evaluate_as_the_trainer_does(tmp_path: Path, held_out:
     results = json.loads((run.evals()[0] / "results.json").read_text())
     assert results["model_label"] == "step-2" and results["correct_function"] == "counting"
 
+    # the Evaluate page's side-by-side comparison shows each prompt's picture
+    from app.eval_view import side_by_side_html
+    from app.media import thumb_uris
+    from app.paths import Workspace
+    from backend.eval.compare import compare, load_eval
+
+    cmp = compare([load_eval(f) for f in reversed(run.evals())])  # base, then step-2
+    assert all(len(r.images) == 1 and r.images[0] in shipped for r in cmp.rows)
+    page = side_by_side_html(cmp, cmp.rows, image_uris=lambda refs: thumb_uris(refs, Workspace(ROOT)))
+    assert page.count('<img class="gs-thumb" src="data:image/png;base64,') == ROWS
+
 
 def test_media_refusals(tmp_path: Path, held_out: Path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)

@@ -19,7 +19,7 @@ import csv
 import io
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ class PromptRow:
     right: list[bool]  # per model: at least half its samples correct
     correct_rate: list[float]
     reward: list[float]  # per model: mean reward over its samples
+    images: list[str] = field(default_factory=list)  # the prompt's media references (images, a video's first frame)
 
 
 @dataclass
@@ -123,7 +124,8 @@ def compare(evals: list[EvalResult]) -> Comparison:
         rates = [sum(bool(s["correct"]) for s in g) / len(g) for g in groups]
         rows.append(PromptRow(i, groups[0][0]["prompt"], groups[0][0].get("solution"),
                               [g[0]["completion"] for g in groups], [r >= 0.5 for r in rates], rates,
-                              [sum(s["reward"] for s in g) / len(g) for g in groups]))
+                              [sum(s["reward"] for s in g) / len(g) for g in groups],
+                              list(groups[0][0].get("images") or []) + list(groups[0][0].get("videos") or [])[:1]))
     names = table_metrics(evals)
     table = [[e.label, *[e.results.get("metrics", {}).get(k) for k in names]] for e in evals]
     return Comparison([e.label for e in evals], names, table, rows, [[s["reward"] for s in e.samples] for e in evals])
