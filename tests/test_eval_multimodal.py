@@ -71,6 +71,15 @@ def test_vl_model_and_run_evaluate_as_the_trainer_does(tmp_path: Path, held_out:
     results = json.loads((run.evals()[0] / "results.json").read_text())
     assert results["model_label"] == "step-2" and results["correct_function"] == "counting"
 
+    # an exported checkpoint is a model directory that takes images again (its image processor saved beside it)
+    from backend.eval.export import main as export_main
+
+    assert export_main(["--model", str(run.path), "--out", str(tmp_path / "exported")]) == 0
+    assert (tmp_path / "exported/preprocessor_config.json").is_file()
+    exported = _eval(capsys, "--model", str(tmp_path / "exported"), "--data", str(held_out), "--prompt-column", "problem",
+                     "--rewards", "counting,format", "--out", str(tmp_path / "exported-eval"))
+    assert exported["accuracy"] == pytest.approx(after)
+
     # the Evaluate page's side-by-side comparison shows each prompt's picture
     from app.eval_view import side_by_side_html
     from app.media import thumb_uris

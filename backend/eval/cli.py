@@ -70,6 +70,19 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def config(a: argparse.Namespace, model: str | None = None, out: str | None = None) -> EvalConfig:
+    """The EvalConfig of parsed arguments (also backend.eval.compare's, per model and output folder)."""
+    cfg = EvalConfig(model=a.model if model is None else model, data=a.data, ks=a.k, n=a.n, temperature=a.temperature,
+                     top_p=a.top_p, top_k=a.top_k, max_tokens=a.max_tokens, limit=a.limit, seed=a.seed, batch=a.batch,
+                     engine=a.engine, device=a.device, rewards=a.rewards, correct=a.correct,
+                     system_prompt=a.system_prompt, judge=a.judge, out=a.out if out is None else out,
+                     prompt_column=a.prompt_column, images_column=a.images_column, videos_column=a.videos_column,
+                     audios_column=a.audios_column)
+    if a.think_markers is not None:
+        cfg.think_markers = a.think_markers
+    return cfg
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parser().parse_args(argv)
     for name, v, lo in (("--n", a.n, 0), ("--max-tokens", a.max_tokens, 0), ("--limit", a.limit, 0),
@@ -83,14 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < a.top_p <= 1:
         print(f"error: --top-p must be in (0, 1], got {a.top_p}", file=sys.stderr)
         return 2
-    cfg = EvalConfig(model=a.model, data=a.data, ks=a.k, n=a.n, temperature=a.temperature, top_p=a.top_p,
-                     top_k=a.top_k, max_tokens=a.max_tokens, limit=a.limit, seed=a.seed, batch=a.batch,
-                     engine=a.engine, device=a.device, rewards=a.rewards, correct=a.correct,
-                     system_prompt=a.system_prompt, judge=a.judge, out=a.out, images_column=a.images_column,
-                     prompt_column=a.prompt_column,
-                     videos_column=a.videos_column, audios_column=a.audios_column)
-    if a.think_markers is not None:
-        cfg.think_markers = a.think_markers
+    cfg = config(a)
     try:
         res = run_eval(cfg)
     except (EvalError, ModelRefError, ValueError, FileNotFoundError) as err:

@@ -132,8 +132,9 @@ def compare(evals: list[EvalResult]) -> Comparison:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from backend.eval.cli import config as eval_config
     from backend.eval.cli import parser as eval_parser
-    from backend.eval.run import EvalConfig, EvalError, run_eval
+    from backend.eval.run import EvalError, run_eval
 
     ap = argparse.ArgumentParser(prog="python -m backend.eval.compare", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -161,10 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         out_root = Path(ea.out)
         for j, m in enumerate(models):
-            cfg = EvalConfig(model=m, data=ea.data, ks=ea.k, n=ea.n, temperature=ea.temperature, top_p=ea.top_p,
-                             top_k=ea.top_k, max_tokens=ea.max_tokens, limit=ea.limit, seed=ea.seed, batch=ea.batch,
-                             engine=ea.engine, device=ea.device, rewards=ea.rewards, correct=ea.correct,
-                             system_prompt=ea.system_prompt, out=str(out_root / f"{j}"))
+            cfg = eval_config(ea, model=m, out=str(out_root / f"{j}"))
             try:
                 run_eval(cfg)
             except (EvalError, ValueError, FileNotFoundError) as err:
