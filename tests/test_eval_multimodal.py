@@ -110,3 +110,20 @@ def test_media_refusals(tmp_path: Path, held_out: Path, capsys, monkeypatch) -> 
     err = capsys.readouterr().err
     assert "column 'image'" in err and "no such image file" in err and "no-such.png" in err
     assert json.loads((tmp_path / "c/status.json").read_text())["state"] == "failed"
+
+
+def test_video_column_evaluates_like_its_still_image(tmp_path: Path, held_out: Path, capsys, monkeypatch) -> None:
+    """A video of two identical frames is exactly the image of that frame (backend/multimodal.py), so the
+    evaluation through --videos-column gives the image evaluation's completions, sample for sample."""
+    monkeypatch.chdir(ROOT)
+    rows = [json.loads(line) for line in held_out.read_text().splitlines()[:4]]
+    data = tmp_path / "video.jsonl"
+    data.write_text("".join(json.dumps({**r, "video": [r["image"], r["image"]]}) + "\n" for r in rows))
+    common = ["--model", "assets/tiny-vl", "--data", str(data), "--prompt-column", "problem", "--rewards", "counting"]
+    _eval(capsys, *common, "--out", str(tmp_path / "image"))
+    _eval(capsys, *common, "--videos-column", "video", "--out", str(tmp_path / "video"))
+    image, video = ([json.loads(line) for line in (tmp_path / k / "samples.jsonl").read_text().splitlines()]
+                    for k in ("image", "video"))
+    assert [s["completion"] for s in video] == [s["completion"] for s in image]
+    assert all("<|video_pad|>" in s["prompt"] and "<|image_pad|>" not in s["prompt"] for s in video)
+    assert all(len(s["videos"]) == 2 and "images" not in s for s in video)
