@@ -1,4 +1,5 @@
-"""The shared-prompt forward gives the same log-probabilities and gradients as a plain forward."""
+"""The shared-prompt forward gives the same log-probabilities and gradients as a plain forward, and the lean
+forward (backend.train.forward.lean_completion_logits) the same as transformers' forward."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from backend.rollout.hf import left_pad
+from backend.train import forward
 from backend.train.forward import completion_logits
 from backend.train.grpo import selective_log_softmax
 
@@ -44,3 +46,72 @@ def test_shared_prefix_matches_plain_forward(G: int) -> None:
     assert g_plain.keys() == g_shared.keys()
     for name in g_plain:
         torch.testing.assert_close(g_shared[name], g_plain[name], rtol=1e-3, atol=1e-5)
+
+
+def _random_model(arch: str) -> torch.nn.Module:
+    """A small random model with grouped-query attention (2 key/value heads for 4 query heads)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    kw = dict(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, max_position_embeddings=64, attn_implementation="sdpa")
+    torch.manual_seed(1)
+    if arch == "llama":
+        return LlamaForCausalLM(LlamaConfig(**kw, attention_bias=True, tie_word_embeddings=False))
+    return Qwen2ForCausalLM(Qwen2Config(**kw, tie_word_embeddings=True))
+
+
+def _hf_only(monkeypatch) -> None:
+    monkeypatch.setattr(forward, "lean_supported", lambda *a: False)
+
+
+@pytest.mark.parametrize("which", ["tiny", "qwen2-gqa", "llama-gqa"])
+@pytest.mark.parametrize("G", [None, 4])
+def test_lean_forward_matches_hf(which: str, G: int | None, monkeypatch) -> None:
+    """The lean forward's logprobs and gradients equal the transformers forward's (both paths: plain, shared)."""
+    model = (AutoModelForCausalLM.from_pretrained(ROOT / "assets/tiny-add", dtype=torch.float32) if which == "tiny"
+             else _random_model(which.split("-")[0]))
+    model.train()
+    assert forward.lean_supported(model, torch.device("cpu"))
+    p_ids, p_mask, c_ids, c_mask = batch(G or 1)
+
+    def loss_and_grads():
+        model.zero_grad()
+        logps = selective_log_softmax(completion_logits(model, p_ids, p_mask, c_ids, c_mask, G), c_ids)
+        (logps * c_mask * torch.linspace(0.5, 2.0, logps.numel()).view_as(logps)).sum().backward()
+        return logps.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    lean, g_lean = loss_and_grads()
+    assert torch.isfinite(lean).all()  # padding rows too: no all-masked attention row
+    with monkeypatch.context() as m:
+        _hf_only(m)
+        hf, g_hf = loss_and_grads()
+    torch.testing.assert_close(lean * c_mask, hf * c_mask, rtol=1e-5, atol=1e-5)
+    assert g_lean.keys() == g_hf.keys()
+    for name in g_hf:
+        scale = max(1.0, g_hf[name].abs().max().item())  # summation order: error grows with the gradient's size
+        torch.testing.assert_close(g_lean[name], g_hf[name], rtol=1e-4, atol=1e-5 * scale)
+
+
+def test_lean_forward_falls_back_where_it_would_differ() -> None:
+    """Wrapped (LoRA), hooked, checkpointed, autocast, dropout-in-training and sliding-window models take the
+    transformers forward."""
+    from peft import LoraConfig, get_peft_model
+
+    cpu = torch.device("cpu")
+    model = _random_model("qwen2").train()
+    assert forward.lean_supported(model, cpu)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not forward.lean_supported(model, cpu)
+    handle = model.model.layers[0].mlp.register_forward_hook(lambda *a: None)
+    assert not forward.lean_supported(model, cpu)
+    handle.remove()
+    model.gradient_checkpointing_enable()
+    assert not forward.lean_supported(model, cpu)
+    dropout = _random_model("qwen2").train()
+    dropout.config.attention_dropout = 0.1
+    assert not forward.lean_supported(dropout, cpu)
+    window = _random_model("qwen2")
+    window.config.use_sliding_window = True
+    assert not forward.lean_supported(window, cpu)
+    lora = get_peft_model(_random_model("qwen2"), LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    assert not forward.lean_supported(lora, cpu)

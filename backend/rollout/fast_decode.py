@@ -29,7 +29,7 @@ def supports(model: torch.nn.Module) -> bool:
     return all(t == "full_attention" for t in (getattr(cfg, "layer_types", None) or []))
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
@@ -67,8 +67,8 @@ class KVDecoder:
             q = attn.q_proj(h).view(batch, 1, -1, attn.head_dim).transpose(1, 2)
             k = attn.k_proj(h).view(batch, 1, -1, attn.head_dim).transpose(1, 2)
             self.values[i][:, :, at] = attn.v_proj(h).view(batch, -1, attn.head_dim)
-            q = q * cos + _rotate_half(q) * sin
-            self.keys[i][:, :, at] = (k * cos + _rotate_half(k) * sin)[:, :, 0]
+            q = q * cos + rotate_half(q) * sin
+            self.keys[i][:, :, at] = (k * cos + rotate_half(k) * sin)[:, :, 0]
             keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling,
                                                enable_gqa=q.shape[1] != keys.shape[1])
