@@ -242,3 +242,25 @@ def test_entropy_control_gates_and_steps_the_coefficient() -> None:
     static = grpo.EntropyControl(0.05)
     static.update(100.0, 1.0)
     assert (static.apply(), static.enabled) == (0.05, True)
+
+
+@pytest.mark.parametrize("max_norm", [0.0, 0.5, 1e9])
+def test_clip_grad_norm_matches_torch(max_norm: float) -> None:
+    """dist.clip_grad_norm: torch's clip_grad_norm_ norm and gradients, clipped or within the bound or off."""
+    from backend.train.dist import clip_grad_norm
+
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(5, 3)) for _ in range(3)] + [torch.nn.Parameter(torch.randn(4))]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    for a, b in zip(ours, ref):
+        a.grad = torch.randn_like(a)
+        b.grad = a.grad.clone()
+    ours[-1].grad = ref[-1].grad = None  # a parameter without a gradient
+    norm = clip_grad_norm(ours, max_norm)
+    expected = torch.nn.utils.clip_grad_norm_(ref, max_norm if max_norm > 0 else float("inf"))
+    assert norm == pytest.approx(float(expected), rel=1e-6) and norm > 0.5  # 0.5 does clip
+    for a, b in zip(ours, ref):
+        if a.grad is None:
+            assert b.grad is None
+        else:
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=0)

@@ -141,6 +141,21 @@ class QuietRunDir(RunDir):
         pass
 
 
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
+    """torch.nn.utils.clip_grad_norm_ (max_norm <= 0: no clipping); returns the norm before clipping. The same
+    result, minus the pass that multiplies every gradient by a clip factor of 1.0 when the norm is within the
+    bound (a read and a write of all gradients, 15-40% of a small model's optimizer step on CPU)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    total = torch.nn.utils.get_total_norm(grads, foreach=True)
+    norm = float(total)
+    # clip_grad_norm_'s factor is min(1, max_norm / (norm + 1e-6)); non-finite norms go through it unchanged
+    if max_norm > 0 and (norm + 1e-6 > max_norm or not math.isfinite(norm)):
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+    return norm
+
 @dataclass
 class Ranks:
     """This process's place among the training ranks, and the few operations that depend on it."""
@@ -292,10 +307,10 @@ class Ranks:
         params = [p for p in policy.parameters() if p.requires_grad]
         if self.world > 1:
             self._all_reduce_grads(params)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)
+        grad_norm = clip_grad_norm(params, max_grad_norm)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(grad_norm)
+        return grad_norm
 
     def _all_reduce_grads(self, params: list[torch.nn.Parameter], bucket_bytes: int = 32 << 20) -> None:
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
