@@ -20,11 +20,10 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.nn.functional as F
 from transformers import DynamicCache
 
 from backend.multimodal import forward_media, rope_positions, stack_media
-from backend.rollout.fast_decode import rotate_half, supports
+from backend.rollout.fast_decode import attend_mask, lean_head, lean_layers, plain_modules, supports
 from backend.rollout.hf import positions
 
 
@@ -101,76 +100,10 @@ def lean_supported(model: torch.nn.Module, device: torch.device) -> bool:
         return False
     if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
         return False
-    for m in model.modules():
-        if m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook"):
-            return False
-        if model.training and getattr(m, "gradient_checkpointing", False):
-            return False
-        if model.training and isinstance(m, torch.nn.Dropout) and m.p > 0:
-            return False
-    return not any(hasattr(p, "ds_id") for p in model.parameters())  # DeepSpeed ZeRO-3 partitions
-
-
-def _rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
-    """Qwen2RMSNorm / LlamaRMSNorm: normalised in float32, scaled in the input dtype (fused when float32)."""
-    eps = norm.variance_epsilon
-    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return norm.weight * h.to(x.dtype)
-
-
-def _attend_mask(keys: torch.Tensor, causal_from: int, queries: int) -> torch.Tensor:
-    """(B, 1, Q, K) boolean: query i (at key index causal_from + i) sees valid keys at or before it. A query that
-    would see nothing (a left-padding position) sees itself, so no row is all-masked (NaN); such rows are padding
-    and never scored."""
-    K = keys.shape[1]
-    q_at = torch.arange(causal_from, causal_from + queries, device=keys.device)
-    k_at = torch.arange(K, device=keys.device)
-    allowed = (k_at[None, :] <= q_at[:, None])[None] & keys[:, None, :].bool()
-    empty = ~allowed.any(-1, keepdim=True)
-    allowed = allowed | (empty & (k_at[None, :] == q_at[:, None])[None])
-    return allowed[:, None]
-
-
-def _lean_layers(model, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
-                 past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
-                 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-    """Hidden states (B, L, H) before the final norm, and each layer's (keys, values) including `past`.
-    The same operations in the same order as Qwen2Model / LlamaModel's forward with sdpa attention."""
-    inner = model.model
-    silu = getattr(model.config, "hidden_act", "") == "silu"
-    x = F.embedding(ids, inner.embed_tokens.weight)
-    cos, sin = inner.rotary_emb(x, pos)
-    cos, sin = cos[:, None], sin[:, None]
-    B, L = ids.shape
-    kv: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for i, layer in enumerate(inner.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        hd = attn.head_dim
-        h = _rms_norm(x, layer.input_layernorm)
-        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(B, L, -1, hd).transpose(1, 2)
-        k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(B, L, -1, hd).transpose(1, 2)
-        v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(B, L, -1, hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        if past is not None:
-            k, v = torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2)
-        kv.append((k, v))
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
-                                           enable_gqa=q.shape[1] != k.shape[1])
-        x = x + F.linear(o.transpose(1, 2).reshape(B, L, -1), attn.o_proj.weight, attn.o_proj.bias)
-        h = _rms_norm(x, layer.post_attention_layernorm)
-        gate = F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
-        gate = F.silu(gate) if silu else mlp.act_fn(gate)
-        x = x + F.linear(gate * F.linear(h, mlp.up_proj.weight, mlp.up_proj.bias), mlp.down_proj.weight,
-                         mlp.down_proj.bias)
-    return x, kv
-
-
-def _head(model, x: torch.Tensor) -> torch.Tensor:
-    return F.linear(_rms_norm(x, model.model.norm), model.lm_head.weight, model.lm_head.bias)
+    if model.training and any(getattr(m, "gradient_checkpointing", False) or (isinstance(m, torch.nn.Dropout) and m.p > 0)
+                              for m in model.modules()):
+        return False
+    return plain_modules(model)
 
 
 def lean_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor,
@@ -182,14 +115,14 @@ def lean_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_i
     if group_size and group_size > 1 and p_ids.shape[0] % group_size == 0:
         G = group_size
         gp_mask = p_mask[::G]
-        x, kv = _lean_layers(model, p_ids[::G], pos[::G, :Lp], _attend_mask(gp_mask, 0, Lp))
+        x, kv = lean_layers(model, p_ids[::G], pos[::G, :Lp], attend_mask(gp_mask, 0, Lp))
         first = x[:, -1:].repeat_interleave(G, dim=0)
         if Lc == 1:
-            return _head(model, first)
+            return lean_head(model, first)
         past = [(k.repeat_interleave(G, dim=0), v.repeat_interleave(G, dim=0)) for k, v in kv]
         # the last completion token predicts nothing we score: feed tokens 0 .. Lc-2
-        rest, _ = _lean_layers(model, c_ids[:, :-1], pos[:, Lp:-1], _attend_mask(mask[:, :-1], Lp, Lc - 1), past)
-        return _head(model, torch.cat([first, rest], dim=1))
+        rest, _ = lean_layers(model, c_ids[:, :-1], pos[:, Lp:-1], attend_mask(mask[:, :-1], Lp, Lc - 1), past)
+        return lean_head(model, torch.cat([first, rest], dim=1))
     ids = torch.cat([p_ids, c_ids], 1)
-    x, _ = _lean_layers(model, ids[:, :-1], pos[:, :-1], _attend_mask(mask[:, :-1], 0, Lp + Lc - 1))
-    return _head(model, x[:, Lp - 1:])
+    x, _ = lean_layers(model, ids[:, :-1], pos[:, :-1], attend_mask(mask[:, :-1], 0, Lp + Lc - 1))
+    return lean_head(model, x[:, Lp - 1:])
