@@ -18,7 +18,7 @@ from app.model_info import model_summary
 from app.sections import BuildContext, algorithm, data, model, output, resources, rewards, rollout
 from backend.checks import Machine, plan
 from backend.importers import import_any
-from backend.spec import RunSpec, SpecError
+from backend.spec import RunSpec, SpecError, SpecIssue
 
 SECTIONS = (("model", "sec_model", model), ("data", "sec_data", data), ("rewards", "sec_rewards", rewards),
             ("rollout", "sec_rollout", rollout), ("resources", "sec_resources", resources),
@@ -72,10 +72,11 @@ def _param_count(spec: RunSpec, base_dir: str | Path) -> int | None:
         return None
 
 
-def planner_md(spec: RunSpec | None, lang: str, base_dir: str | Path = ".") -> str:
+def planner_md(spec: RunSpec | None, lang: str, base_dir: str | Path = ".", issues: list[SpecIssue] | None = None) -> str:
+    """The planner's line; `issues` = check(spec)'s result when the caller has it (the form's validation)."""
     if spec is None:
         return ""
-    verdict = plan(spec, Machine.detect(), base_dir, params=_param_count(spec, base_dir))
+    verdict = plan(spec, Machine.detect(), base_dir, params=_param_count(spec, base_dir), issues=issues)
     head = t("planner_ok" if verdict.ok else "planner_bad", lang)
     return f"**{'✓' if verdict.ok else '⚠'} {head}** · " + " · ".join(html.escape(x) for x in verdict.lines)
 
@@ -174,8 +175,8 @@ class BuildTab:
         v = validate_form(self.config, self.form.values(args))
         notes = self.form.extras.get("notes", {})
         comp_updates, note_updates, state = field_updates(v, prev or {}, lang, notes)
-        return [gr.update(interactive=v.ok), summary_md(v, lang),
-                planner_md(v.spec, lang, self.config.workspace.root) if v.spec else gr.skip(), state, *note_updates, *comp_updates]
+        planner = planner_md(v.spec, lang, self.config.workspace.root, v.checked) if v.spec else gr.skip()
+        return [gr.update(interactive=v.ok), summary_md(v, lang), planner, state, *note_updates, *comp_updates]
 
     def fill(self, spec: RunSpec) -> list[Any]:
         vals = form_values_for(spec, self.config)

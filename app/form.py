@@ -208,6 +208,7 @@ class Validation:
     spec: RunSpec | None
     by_field: dict[str, list[str]] = field(default_factory=dict)
     general: list[str] = field(default_factory=list)
+    checked: list[SpecIssue] | None = None  # check(spec)'s own verdict, so the planner need not run it again
 
     @property
     def ok(self) -> bool:
@@ -250,7 +251,8 @@ def validate_values(values: dict[str, Any], base_dir: str | Path, workspace: Any
         for i in err.issues:
             add(i)
         return v
-    for i in check(spec, base_dir):  # the launcher's own check: what passes here starts
+    v.checked = check(spec, base_dir)  # the launcher's own check: what passes here starts
+    for i in v.checked:
         add(i)
     if workspace is not None:
         for i in confinement_issues(spec, workspace):

@@ -552,10 +552,12 @@ def memory_estimate(spec: RunSpec, params: int, machine: Machine) -> list[str]:
     return lines
 
 
-def plan(spec: RunSpec, machine: Machine, base_dir: str | Path = ".", params: int | None = None) -> Plan:
+def plan(spec: RunSpec, machine: Machine, base_dir: str | Path = ".", params: int | None = None,
+         issues: list[SpecIssue] | None = None) -> Plan:
     """The planner's layout for the studio's GPU panel and the CLI: where training and each engine instance
-    run, and (given the parameter count) a memory estimate. ok is exactly check() == []."""
-    issues = check(spec, base_dir, machine)
+    run, and (given the parameter count) a memory estimate. ok is exactly check() == []; a caller that has
+    just run check(spec, base_dir, machine) passes its result as `issues` rather than paying for it twice."""
+    issues = check(spec, base_dir, machine) if issues is None else issues
     r, res = spec.rollout, spec.resources
     visible = [g.index for g in machine.gpus]
     on_cpu = res.device == "cpu" or (res.device == "auto" and not visible)

@@ -111,3 +111,25 @@ def test_train_command_reproduces_the_spec(tmp_path):
     assert rebuilt == spec
     bare = train_command(spec)
     assert "--config" not in bare and load_spec(TINY, []) != spec
+
+
+def test_build_page_checks_once_per_change(monkeypatch):
+    """The form's validation keeps check()'s verdict and the planner line reuses it: one check per change."""
+    import app.form as form
+    import backend.checks as checks
+    from app.build_tab import planner_md
+    from app.form import spec_to_values, validate_values
+
+    spec = load_spec(TINY)
+    calls = []
+    real = checks.check
+    monkeypatch.setattr(form, "check", lambda *a, **k: calls.append(a) or real(*a, **k))
+    v = validate_values(spec_to_values(spec), ROOT)
+    assert v.ok and v.checked == [] and len(calls) == 1
+    monkeypatch.setattr(checks, "check", lambda *a, **k: pytest.fail("plan ran check() again"))
+    assert "✓" in planner_md(v.spec, "en", ROOT, v.checked)
+    # a bad spec: the planner's verdict is the form's, issues and all
+    bad = {**spec_to_values(spec), "resources.device": "cuda"}  # no GPU here
+    monkeypatch.setattr(form, "check", real)
+    v = validate_values(bad, ROOT)
+    assert not v.ok and v.checked and "⚠" in planner_md(v.spec, "en", ROOT, v.checked)

@@ -6,7 +6,8 @@
 
 With rollout.async_generation the engine (in a thread, or in rollout worker processes) samples the next
 batches with the newest weights it has while the trainer updates: up to rollout.max_staleness updates
-may lie between sampling a batch and training on it; a batch that would be staler waits to be sampled.
+may lie between sampling a batch and training on it; a batch that would be staler waits to be sampled
+(that bookkeeping is backend/train/rollout_queue.py).
 The loss's clipped ratio to the sampling policy's logprobs corrects for the lag, and optionally truncated
 importance sampling (rollout.vllm_importance_sampling_*) for engine/trainer mismatch.
 Everything a watcher needs goes to the run directory.
@@ -21,9 +22,7 @@ import random
 import shutil
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from backend.train.builders import (
 )
 from backend.train.checkpoint import load_trainer_state, save_trainer_state
 from backend.train.forward import autocast, completion_logits
+from backend.train.rollout_queue import RolloutQueue
 from backend.train.signals import STOP
 from backend.train.sinks import make_sinks
 from backend.train.telemetry import Telemetry
@@ -537,79 +537,11 @@ class GRPOTrainer:
                               error="")
         print(f"training {a.max_steps} steps on {self.device}: {len(self.rows)} prompts, "
               f"{self.spec.completions_per_step} completions per step", flush=True)
-        mu, bound = a.num_iterations, self.spec.rollout.max_staleness
-        is_async, main = self.spec.rollout.async_generation, self.ranks.is_main
-        # rank 0 samples; every rank keeps the same queue bookkeeping (None placeholders off rank 0), so all
-        # ranks take the same decisions and meet in the same collectives (weight gathers, rollout scatter)
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout") if is_async and main else None
-        queue: deque[Future[Rollout] | None] = deque()  # async: batches sampled ahead, in training order
-        for resumed in self.resumed_in_flight if is_async else []:
-            done: Future[Rollout] | None = Future() if main else None
-            if done is not None:
-                done.set_result(resumed)
-            queue.append(done)
-        pushed = self.engine_version  # the newest weights handed to the engine (pushes run in the rollout thread)
-        held = False  # the next batch is waiting for the staleness bound
+        rollouts = RolloutQueue(self, self.resumed_in_flight)
         recent: list[float] = []
 
         def checkpoint() -> None:
-            # async: the batches being sampled belong to the checkpoint (the sampler already moved past them)
-            self.save_checkpoint([f.result() for f in queue if f is not None])
-
-        def sample(index: int) -> Rollout:
-            return self.make_rollout(index, self.engine_version)  # in the rollout thread: after the pushes before it
-
-        def refill(left: int) -> float:
-            """Sample ahead while a new batch would be trained at most `bound` updates after its weights;
-            `left` = updates still to take on the current batch. Returns the main thread's weight-snapshot time."""
-            nonlocal pushed, held
-            snap_s = 0.0
-            while True:
-                ahead = left + mu * len(queue)  # updates before a batch submitted now is first trained on
-                if self.step + ahead >= a.max_steps:
-                    return snap_s
-                if ahead > bound:
-                    held = True
-                    return snap_s
-                if pushed < self.step and not self.engine_shares_policy:
-                    t0 = time.time()
-                    weights = self.engine_weights()  # a copy (all ranks gather under ZeRO-3): the policy moves on
-                    snap_s += time.time() - t0
-                    if pool is not None:
-                        pool.submit(self.push_weights, weights, self.step)  # runs between generations, in order
-                    pushed = self.step
-                if held:
-                    self.async_counts["async/waited"] += 1
-                    held = False
-                self.rollouts_done += 1
-                queue.append(pool.submit(sample, self.rollouts_done) if pool is not None else None)
-
-        def next_rollout() -> Rollout:
-            if not is_async:
-                self.rollouts_done += 1
-                return self.ranks.scatter_rollout(self.make_rollout(self.rollouts_done, self.step) if main else None)
-            if not queue:
-                refill(0)
-            t0 = time.time()
-            fut = queue.popleft()
-            ro = fut.result() if fut is not None else None
-            stale = self.ranks.any(ro is not None and self.step - ro.policy_version > bound)
-            if stale:  # only after a resume with a smaller bound: resample
-                dropped = 1 + len(queue)
-                for f in queue:
-                    if f is not None:
-                        f.result()
-                queue.clear()
-                self.async_counts["async/dropped"] += dropped
-                refill(0)
-                fut = queue.popleft()
-                ro = fut.result() if fut is not None else None
-            wait_s = time.time() - t0
-            sync_s = refill(mu)
-            ro = self.ranks.scatter_rollout(ro)  # each rank keeps its shard of whole groups
-            ro.timings["rollout_wait_s"] = wait_s
-            ro.timings["weight_sync_s"] = sync_s
-            return ro
+            self.save_checkpoint(rollouts.in_flight())
 
         try:
             if self.ranks.any(STOP.is_set()):  # asked to stop while loading
@@ -619,7 +551,7 @@ class GRPOTrainer:
                 if self.pending is not None:
                     ro, done_its = self.pending.rollout, self.pending.iterations_done
                 else:
-                    ro, done_its = next_rollout(), 0
+                    ro, done_its = rollouts.next(), 0
                     t_prep = time.time()
                     self._prepare_logps(ro)
                     ro.timings["prep_s"] = time.time() - t_prep
@@ -630,7 +562,7 @@ class GRPOTrainer:
                     train = self.optimizer_step(ro)
                     self.step += 1
                     self.pending = PendingRollout(ro, it + 1) if it + 1 < a.num_iterations else None
-                    t_sync = refill(mu - it - 1) if is_async else self.sync_weights()
+                    t_sync = rollouts.after_update(a.num_iterations - it - 1)
                     first = it == 0  # the rollout's own timings belong to its first update only
                     prep = ro.timings.get("prep_s", 0.0) if first else 0.0  # old/ref logprob passes
                     timing = {
@@ -669,8 +601,7 @@ class GRPOTrainer:
             final = "stopped"
             print(f"stopped at step {self.step} (checkpoint saved)", flush=True)
         finally:
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+            rollouts.close()
             if self.engine is not None and not self.engine_shares_policy:
                 self.engine.close()  # rollout workers exit with the run
             for sink in self.sinks:
