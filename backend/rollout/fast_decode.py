@@ -116,35 +116,42 @@ def lean_head(model, x: torch.Tensor) -> torch.Tensor:
 class KVDecoder:
     """Decode state after a prefill: per-layer key/value buffers with room for `max_new` more positions.
 
-    kv: each layer's prompt keys and values (P, kv_heads, W, head_dim) from `lean_layers`; mask (P, W) the
-    prompts' padding mask; every prompt row is repeated n times (a group shares its prompt), straight into the
-    buffers without an intermediate copy."""
+    kv: each layer's prompt keys and values (P, kv_heads, W, head_dim) from `lean_layers`; mask (B, W) the rows'
+    padding mask, B = P * n: each prompt's row repeated n times (a group shares its prompt), straight into the
+    buffers without an intermediate copy. first (B, 1): the position of each row's first fed token; the rotary
+    tables for all steps are computed here once (the same numbers per position as one step at a time)."""
 
     def __init__(self, model: torch.nn.Module, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor,
-                 max_new: int, n: int = 1):
+                 max_new: int, first: torch.Tensor):
         self.model = model
-        prompts, width = mask.shape
+        rows, width = mask.shape
+        prompts = kv[0][0].shape[0]
+        n = rows // prompts
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         for k, v in kv:
             for src, dst in ((k, self.keys), (v, self.values)):
                 heads, dim = src.shape[1], src.shape[3]
-                buf = src.new_empty((prompts * n, heads, width + max_new, dim))
+                buf = src.new_empty((rows, heads, width + max_new, dim))
                 buf.view(prompts, n, heads, width + max_new, dim)[:, :, :, :width] = src[:, None]
                 dst.append(buf)
         # attend[b, j]: may row b attend to position j (left padding is not; every generated position is)
-        self.attend = torch.ones((prompts * n, width + max_new), dtype=torch.bool, device=mask.device)
-        self.attend[:, :width] = mask.bool().repeat_interleave(n, dim=0)
+        self.attend = torch.ones((rows, width + max_new), dtype=torch.bool, device=mask.device)
+        self.attend[:, :width] = mask.bool()
         self.length = width
+        self.fed = 0
         self.silu = getattr(model.config, "hidden_act", "") == "silu"
+        pos = first + torch.arange(max_new, device=first.device)
+        cos, sin = model.model.rotary_emb(kv[0][0], pos)  # (B, max_new, head_dim), the keys' dtype
+        self.cos, self.sin = cos[:, None], sin[:, None]
 
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """tokens (B,), positions (B, 1) -> next-token logits (B, V); appends the tokens' keys and values."""
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B,) at positions first + (tokens fed so far) -> next-token logits (B, V); appends the tokens'
+        keys and values."""
         inner = self.model.model
         at, end = self.length, self.length + 1
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
-        cos, sin = inner.rotary_emb(x, positions)
-        cos, sin = cos[:, None], sin[:, None]
+        cos, sin = self.cos[:, :, self.fed:self.fed + 1], self.sin[:, :, self.fed:self.fed + 1]
         mask = self.attend[:, None, None, :end]
         batch = x.shape[0]
         for i, layer in enumerate(inner.layers):
@@ -161,5 +168,5 @@ class KVDecoder:
                                                enable_gqa=q.shape[1] != keys.shape[1])
             x = x + _linear(attn.o_proj, o.transpose(1, 2).reshape(batch, 1, -1))
             x = x + _mlp(layer.mlp, rms_norm(x, layer.post_attention_layernorm), self.silu)
-        self.length = end
+        self.length, self.fed = end, self.fed + 1
         return lean_head(self.model, x)[:, -1]

@@ -45,7 +45,7 @@ def sample_next(logits: torch.Tensor, sp: SamplingParams, gen: torch.Generator |
     image placeholders), a filter like top-k, so the reported logprob stays unfiltered. `gen` a list: one
     generator per group of sp.n consecutive rows (per-group seeds, see base.group_seeds).
     """
-    logp_all = (logits / sp.temperature).log_softmax(-1)
+    logp_all = (logits if sp.temperature == 1.0 else logits / sp.temperature).log_softmax(-1)  # x / 1 == x
     pick = logp_all if never is None else logp_all.index_fill(-1, never, float("-inf"))
     if sp.top_k == 1:
         nxt = pick.argmax(-1)
@@ -131,26 +131,26 @@ class HFEngine:
         else:  # images: M-RoPE positions; text after the prompt is offset by each row's delta
             prefill_pos, delta = rope_positions(model, ids, mask, media)
             extra = forward_media(media, device)
-        lean = None
+        lean, kv = None, None
         cache = DynamicCache()
         if self.lean_decode and self.autocast_dtype is None and not extra and supports(model) and plain_modules(model):
             hidden, kv = lean_layers(model, ids, prefill_pos, attend_mask(mask, 0, ids.shape[1]))
             logits = lean_head(model, hidden[:, -1]).float()
-            if sp.max_tokens > 1:
-                lean = KVDecoder(model, kv, mask, sp.max_tokens, sp.n)  # the prompt rows repeated n times
         else:
             out = model(input_ids=ids, attention_mask=mask, position_ids=prefill_pos, past_key_values=cache,
                         use_cache=True, logits_to_keep=1, **extra)  # only the last position samples: no B x Lp x V
             cache = out.past_key_values
             logits = out.logits[:, -1, :].float()
         if sp.n > 1:
-            if lean is None:
+            if kv is None:
                 cache.batch_repeat_interleave(sp.n)
             logits = logits.repeat_interleave(sp.n, dim=0)
             mask = mask.repeat_interleave(sp.n, dim=0)
             delta = delta.repeat_interleave(sp.n, dim=0)
         batch = mask.shape[0]
         pos = mask.sum(-1, keepdim=True) - 1 + delta.to(device)  # last prompt position per row
+        if kv is not None and sp.max_tokens > 1:  # the prompt rows repeated n times into the decode buffers
+            lean = KVDecoder(model, kv, mask, sp.max_tokens, pos + 1)
 
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -172,7 +172,7 @@ class HFEngine:
                 break
             pos = pos + 1
             if lean is not None:
-                logits = lean.step(nxt, pos).float()
+                logits = lean.step(nxt).float()
                 continue
             out = model(input_ids=nxt[:, None], attention_mask=full_mask[:, :width + step + 1], position_ids=pos,
                         past_key_values=cache, use_cache=True)
