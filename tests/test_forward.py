@@ -115,3 +115,27 @@ def test_lean_forward_falls_back_where_it_would_differ() -> None:
     assert not forward.lean_supported(window, cpu)
     lora = get_peft_model(_random_model("qwen2"), LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
     assert not forward.lean_supported(lora, cpu)
+
+
+def test_rows_per_sequence() -> None:
+    """The largest divisor of the group size whose completions fit PACK_TOKENS (hand-worked)."""
+    assert forward.PACK_TOKENS == 128
+    assert forward.rows_per_sequence(8, 5) == 8  # 40 tokens
+    assert forward.rows_per_sequence(8, 31) == 4  # 124
+    assert forward.rows_per_sequence(8, 127) == 1
+    assert forward.rows_per_sequence(6, 40) == 3  # 120 (4 does not divide 6)
+    assert forward.rows_per_sequence(1, 500) == 1
+
+
+def test_packing_part_of_a_group_matches_hf(monkeypatch) -> None:
+    """Two completions per packed sequence (a group of 4 split in two): still HF's logprobs."""
+    model = _random_model("qwen2").eval()
+    p_ids, p_mask, c_ids, c_mask = batch(4)
+    monkeypatch.setattr(forward, "PACK_TOKENS", 2 * (int(c_mask.sum(1).max()) - 1))
+    assert forward.rows_per_sequence(4, int(c_mask.sum(1).max()) - 1) == 2
+    with torch.no_grad():
+        lean = selective_log_softmax(completion_logits(model, p_ids, p_mask, c_ids, c_mask, 4), c_ids)
+        _hf_only(monkeypatch)
+        hf = selective_log_softmax(completion_logits(model, p_ids, p_mask, c_ids, c_mask, 4), c_ids)
+    assert torch.isfinite(lean).all()
+    torch.testing.assert_close(lean * c_mask, hf * c_mask, rtol=1e-5, atol=1e-5)
