@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from backend.rollout.hf import left_pad
 from backend.train import forward
+from backend.train.builders import disable_dropout
 from backend.train.forward import completion_logits
 from backend.train.grpo import selective_log_softmax
 
@@ -48,12 +49,12 @@ def test_shared_prefix_matches_plain_forward(G: int) -> None:
         torch.testing.assert_close(g_shared[name], g_plain[name], rtol=1e-3, atol=1e-5)
 
 
-def _random_model(arch: str) -> torch.nn.Module:
+def _random_model(arch: str, **extra) -> torch.nn.Module:
     """A small random model with grouped-query attention (2 key/value heads for 4 query heads)."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     kw = dict(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, max_position_embeddings=64, attn_implementation="sdpa")
+              num_key_value_heads=2, head_dim=16, max_position_embeddings=64, attn_implementation="sdpa", **extra)
     torch.manual_seed(1)
     if arch == "llama":
         return LlamaForCausalLM(LlamaConfig(**kw, attention_bias=True, tie_word_embeddings=False))
@@ -107,9 +108,11 @@ def test_lean_forward_falls_back_where_it_would_differ() -> None:
     handle.remove()
     model.gradient_checkpointing_enable()
     assert not forward.lean_supported(model, cpu)
-    dropout = _random_model("qwen2").train()
-    dropout.config.attention_dropout = 0.1
+    dropout = _random_model("qwen2", attention_dropout=0.1).train()
     assert not forward.lean_supported(dropout, cpu)
+    assert forward.lean_supported(dropout.eval(), cpu)  # attention dropout acts only in training
+    disable_dropout(dropout.train())  # what the trainer does with algorithm.disable_dropout
+    assert forward.lean_supported(dropout, cpu)
     window = _random_model("qwen2")
     window.config.use_sliding_window = True
     assert not forward.lean_supported(window, cpu)

@@ -12,8 +12,11 @@ windows, wrapped or hooked models such as PEFT, ZeRO-3 or offloading, autocast) 
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
+from torch.utils.hooks import RemovableHandle
 
 ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM")
 
@@ -34,13 +37,23 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+_PLAIN: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, bool]] = weakref.WeakKeyDictionary()
+
+
 def plain_modules(model: torch.nn.Module) -> bool:
     """No module carries a hook that its forward would run and a lean pass would skip (DeepSpeed ZeRO-3's
-    parameter gathers, accelerate's offload, user hooks) and no parameter is a ZeRO-3 partition."""
-    for m in model.modules():
-        if m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook"):
-            return False
-    return not any(hasattr(p, "ds_id") for p in model.parameters())
+    parameter gathers, accelerate's offload, gradient checkpointing, user hooks) and no parameter is a ZeRO-3
+    partition. The module walk is cached per model until the next hook is registered anywhere (torch counts
+    every registration), so it costs nothing per call; a hook removed later keeps the (safe) fallback."""
+    registered = RemovableHandle.next_id
+    hit = _PLAIN.get(model)
+    if hit is not None and hit[0] == registered:
+        return hit[1]
+    plain = not any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook")
+                    or getattr(m, "gradient_checkpointing", False) for m in model.modules())
+    plain = plain and not any(hasattr(p, "ds_id") for p in model.parameters())
+    _PLAIN[model] = (registered, plain)
+    return plain
 
 
 def _linear(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -96,14 +96,12 @@ def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: t
 
 def lean_supported(model: torch.nn.Module, device: torch.device) -> bool:
     """Whether `lean_completion_logits` computes exactly what this model's forward computes: a plain Qwen2 /
-    Llama causal LM (fast_decode.supports), no autocast, no gradient checkpointing, no attention dropout while
-    training, and no hooks on any module (ZeRO-3 gathers, accelerate offload, user hooks would be skipped)."""
+    Llama causal LM (fast_decode.supports), no autocast, no attention dropout while training, no gradient
+    checkpointing and no hooks on any module (ZeRO-3 gathers, accelerate offload, user hooks would be skipped)."""
     if not supports(model) or torch.is_autocast_enabled(device.type):
         return False
-    if model.training and float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
-        return False
-    if model.training and any(getattr(m, "gradient_checkpointing", False) or (isinstance(m, torch.nn.Dropout) and m.p > 0)
-                              for m in model.modules()):
+    # attention dropout acts in training (the attention modules read it; disable_dropout zeroes it there)
+    if model.training and any(float(layer.self_attn.attention_dropout or 0.0) > 0 for layer in model.model.layers):
         return False
     return plain_modules(model)
 
