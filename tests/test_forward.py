@@ -94,8 +94,8 @@ def test_lean_forward_matches_hf(which: str, G: int | None, monkeypatch) -> None
 
 
 def test_lean_forward_falls_back_where_it_would_differ() -> None:
-    """Wrapped (LoRA), hooked, checkpointed, autocast, dropout-in-training and sliding-window models take the
-    transformers forward."""
+    """Wrapped (LoRA), hooked, checkpointed, autocast, dropout-in-training, flash-attention and sliding-window
+    models take the transformers forward."""
     from peft import LoraConfig, get_peft_model
 
     cpu = torch.device("cpu")
@@ -113,6 +113,9 @@ def test_lean_forward_falls_back_where_it_would_differ() -> None:
     assert forward.lean_supported(dropout.eval(), cpu)  # attention dropout acts only in training
     disable_dropout(dropout.train())  # what the trainer does with algorithm.disable_dropout
     assert forward.lean_supported(dropout, cpu)
+    flash = _random_model("qwen2")
+    flash.config._attn_implementation = "flash_attention_2"
+    assert not forward.lean_supported(flash, cpu)
     window = _random_model("qwen2")
     window.config.use_sliding_window = True
     assert not forward.lean_supported(window, cpu)

@@ -96,9 +96,12 @@ def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: t
 
 def lean_supported(model: torch.nn.Module, device: torch.device) -> bool:
     """Whether `lean_completion_logits` computes exactly what this model's forward computes: a plain Qwen2 /
-    Llama causal LM (fast_decode.supports), no autocast, no attention dropout while training, no gradient
-    checkpointing and no hooks on any module (ZeRO-3 gathers, accelerate offload, user hooks would be skipped)."""
+    Llama causal LM (fast_decode.supports) with sdpa or eager attention, no autocast, no attention dropout while
+    training, no gradient checkpointing and no hooks on any module (ZeRO-3 gathers, accelerate offload, user hooks would be skipped)."""
     if not supports(model) or torch.is_autocast_enabled(device.type):
+        return False
+    # flash-attention / flex kernels were chosen for memory at long lengths: the lean pass's dense mask is not that
+    if getattr(model.config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return False
     # attention dropout acts in training (the attention modules read it; disable_dropout zeroes it there)
     if model.training and any(float(layer.self_attn.attention_dropout or 0.0) > 0 for layer in model.model.layers):
