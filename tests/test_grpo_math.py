@@ -244,23 +244,27 @@ def test_entropy_control_gates_and_steps_the_coefficient() -> None:
     assert (static.apply(), static.enabled) == (0.05, True)
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("max_norm", [0.0, 0.5, 1e9])
-def test_clip_grad_norm_matches_torch(max_norm: float) -> None:
-    """dist.clip_grad_norm: torch's clip_grad_norm_ norm and gradients, clipped or within the bound or off."""
-    from backend.train.dist import clip_grad_norm
+def test_clipped_step_matches_torch(max_norm: float, fused: bool) -> None:
+    """dist.clipped_step: clip_grad_norm_'s norm and clip_grad_norm_ + step's parameters, clipped (through the fused
+    kernel's grad_scale, or a pass over the gradients), within the bound, or off; a parameter without a gradient."""
+    from backend.train.dist import clipped_step
 
     torch.manual_seed(0)
     ours = [torch.nn.Parameter(torch.randn(5, 3)) for _ in range(3)] + [torch.nn.Parameter(torch.randn(4))]
     ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
-    for a, b in zip(ours, ref):
-        a.grad = torch.randn_like(a)
-        b.grad = a.grad.clone()
-    ours[-1].grad = ref[-1].grad = None  # a parameter without a gradient
-    norm = clip_grad_norm(ours, max_norm)
-    expected = torch.nn.utils.clip_grad_norm_(ref, max_norm if max_norm > 0 else float("inf"))
-    assert norm == pytest.approx(float(expected), rel=1e-6) and norm > 0.5  # 0.5 does clip
-    for a, b in zip(ours, ref):
-        if a.grad is None:
-            assert b.grad is None
-        else:
-            torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=0)
+    opt_ours = torch.optim.AdamW(ours, lr=0.1, fused=fused)
+    opt_ref = torch.optim.AdamW(ref, lr=0.1, fused=fused)
+    for _ in range(3):
+        for a, b in zip(ours, ref):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.clone()
+        ours[-1].grad = ref[-1].grad = None
+        norm = clipped_step(ours, opt_ours, max_norm)
+        expected = torch.nn.utils.clip_grad_norm_(ref, max_norm if max_norm > 0 else float("inf"))
+        opt_ref.step()
+        assert norm == pytest.approx(float(expected), rel=1e-6) and norm > 0.5  # 0.5 does clip
+        assert not hasattr(opt_ours, "grad_scale")
+        for a, b in zip(ours, ref):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
