@@ -48,6 +48,7 @@ from backend.train.builders import (
     build_reference,
     build_scheduler,
     engine_weights,
+    keep_freed_memory,
 )
 from backend.train.checkpoint import load_trainer_state, save_trainer_state
 from backend.train.forward import autocast, completion_logits
@@ -71,6 +72,8 @@ class GRPOTrainer:
         if spec.resources.num_threads:
             torch.set_num_threads(spec.resources.num_threads)
         self.device = self.ranks.device or resolve_device(spec)
+        if self.device.type == "cpu":
+            keep_freed_memory()  # no page faults from re-allocating each step's gradients (builders.py)
         _seed_everything(a.seed)
 
         ckpt = run.latest_checkpoint() if resume else None
