@@ -54,7 +54,7 @@ def preview_rows(spec: RunSpec, base: Path, n: int = 5) -> tuple[list[dict[str, 
         try:
             if tok is None:
                 rendered = _plain(row, spec)
-            elif spec.data.images_column:  # the chat template's image placeholders, one per image
+            elif spec.data.images_column or spec.data.videos_column or spec.data.audios_column:  # media placeholders
                 rendered = render_mm_text(row, spec.data, tok)
             else:
                 rendered = render_prompt(row, spec.data, tok)

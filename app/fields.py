@@ -13,7 +13,8 @@ from app.locales import field_help, field_label, t
 from backend.spec import FieldDoc
 
 # columns that get a dropdown of the detected dataset columns (custom values still allowed)
-COLUMN_FIELDS = ("data.prompt_column", "data.solution_column", "data.images_column")
+COLUMN_FIELDS = ("data.prompt_column", "data.solution_column", "data.images_column", "data.videos_column",
+                 "data.audios_column")
 WIDE_FIELDS = ("model.name_or_path", "data.sources", "data.eval_sources", "data.system_prompt", "rewards.functions",
                "rewards.plugins")
 

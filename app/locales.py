@@ -282,6 +282,8 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "data.prompt_column": ("Prompt column", "提示列", "提示所在的列：字符串或对话消息列表。"),
     "data.solution_column": ("Solution column", "答案列", "参考答案所在的列，以 'solution' 传给奖励函数。"),
     "data.images_column": ("Images column", "图片列", "多模态模型的图片路径列（'' = 无）。"),
+    "data.videos_column": ("Videos column", "视频列", "视觉语言模型的视频列：动图 GIF/WebP，或帧图片列表（'' = 无）。"),
+    "data.audios_column": ("Audios column", "音频列", "处理器能接收音频的模型的 WAV 音频列（'' = 无）。"),
     "data.prompt_template": ("Prompt template", "提示模板",
                              "用列拼出提示，例如 'Make {target} from {nums}.'（'' = 使用提示列）。"),
     "data.system_prompt": ("System prompt", "系统提示", "加在每个提示前的系统消息（'' = 无）。"),

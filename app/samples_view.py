@@ -87,8 +87,10 @@ def render_step(rows: list[dict[str, Any]], flt: SampleFilter | None = None, lab
         fn_names = sorted({k for r in members for k in (r.get("rewards") or {})})
         parts.append('<div class="gs-group">')
         parts.append(f'<div class="gs-head"><b>{html.escape(lab["group"])} {g}</b></div>')
-        if image_uris is not None and first.get("images"):
-            imgs = "".join(f'<img class="gs-thumb" src="{html.escape(u)}" alt="image">' for u in image_uris(first["images"]))
+        if image_uris is not None and (first.get("images") or first.get("videos")):
+            # a video shows its first frame (the first frame file, or an animated file's first frame)
+            refs = list(first.get("images") or []) + list(first.get("videos") or [])[:1]
+            imgs = "".join(f'<img class="gs-thumb" src="{html.escape(u)}" alt="image">' for u in image_uris(refs))
             if imgs:
                 parts.append(f'<div class="gs-thumbs">{imgs}</div>')
         parts.append(f'<pre class="gs-prompt" title="{html.escape(lab["prompt"])}">{html.escape(str(first.get("prompt", "")))}</pre>')

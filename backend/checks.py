@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -172,8 +173,8 @@ def _check_model(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
             issues.append(SpecIssue("model.name_or_path", f"no such model directory: {m}"))
         elif not (mp / "config.json").is_file():
             issues.append(SpecIssue("model.name_or_path", f"{m} has no config.json: not a model directory"))
-        elif spec.data.images_column:
-            issues += _vision_model_issues(m, mp)
+        else:
+            issues += _media_model_issues(spec, m, mp)
     if spec.model.finetune == "lora" and not spec.model.lora_targets:
         issues.append(SpecIssue("model.lora_targets", "LoRA needs at least one target module"))
     if spec.model.finetune == "full" and spec.model.dtype == "float16":
@@ -181,20 +182,53 @@ def _check_model(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
                                                "use bfloat16 (fp32 master weights) or float32"))
 
 
-def _vision_model_issues(name: str, path: Path) -> list[SpecIssue]:
-    """Images need a vision-language model and its image processor's config."""
+def _media_columns(spec: RunSpec) -> dict[str, tuple[str, str]]:
+    """The spec's media columns: column -> (its field, its kind: 'image', 'video' or 'audio')."""
+    d = spec.data
+    out: dict[str, tuple[str, str]] = {}
+    for fld, col, kind in (("data.images_column", d.images_column, "image"), ("data.videos_column", d.videos_column, "video"),
+                           ("data.audios_column", d.audios_column, "audio")):
+        if col:
+            out.setdefault(col, (fld, kind))
+    return out
+
+
+def _media_model_issues(spec: RunSpec, name: str, path: Path) -> list[SpecIssue]:
+    """Images and videos need a vision-language model (videos: one with a video placeholder) and its image
+    processor's config; audio needs a processor with an audio feature extractor and an audio tower."""
     import json
 
+    from backend.multimodal import audio_feature_extractor
+
+    d = spec.data
+    if not (d.images_column or d.videos_column or d.audios_column):
+        return []
     try:
         cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         return [SpecIssue("model.name_or_path", f"{name}/config.json cannot be read: {err}")]
-    if not isinstance(cfg, dict) or "vision_config" not in cfg:
-        return [SpecIssue("data.images_column", f"{name} is a text-only model ({cfg.get('model_type', '?')}); "
-                                                "images need a vision-language model such as Qwen2-VL")]
-    if not (path / "preprocessor_config.json").is_file():
-        return [SpecIssue("model.name_or_path", f"{name} has no preprocessor_config.json (its image processor)")]
-    return []
+    if not isinstance(cfg, dict):
+        return [SpecIssue("model.name_or_path", f"{name}/config.json is not a JSON object")]
+    issues: list[SpecIssue] = []
+    kind = cfg.get("model_type", "?")
+    for fld, col, what in (("data.images_column", d.images_column, "images"), ("data.videos_column", d.videos_column, "videos")):
+        if col and "vision_config" not in cfg:
+            is_what = "an audio-language model" if "audio_config" in cfg else "a text-only model"
+            issues.append(SpecIssue(fld, f"column {col!r}: {name} is {is_what} ({kind}); "
+                                         f"{what} need a vision-language model such as Qwen2-VL"))
+    if d.videos_column and "vision_config" in cfg and not isinstance(cfg.get("video_token_id"), int):
+        issues.append(SpecIssue("data.videos_column", f"column {d.videos_column!r}: {name} ({kind}) has no video "
+                                                      "placeholder token (video_token_id): it takes no video"))
+    if (d.images_column or d.videos_column) and "vision_config" in cfg and not (path / "preprocessor_config.json").is_file():
+        issues.append(SpecIssue("model.name_or_path", f"{name} has no preprocessor_config.json (its image processor)"))
+    if d.audios_column and audio_feature_extractor(path) is None:
+        issues.append(SpecIssue("data.audios_column", f"column {d.audios_column!r}: the processor of {name} ({kind}) "
+                                                      "takes no audio (no audio feature extractor); audio needs a "
+                                                      "model such as Qwen2-Audio"))
+    elif d.audios_column and "audio_config" not in cfg:
+        issues.append(SpecIssue("data.audios_column", f"column {d.audios_column!r}: {name} ({kind}) has an audio "
+                                                      "feature extractor but no audio tower (audio_config)"))
+    return issues
 
 
 def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
@@ -202,8 +236,9 @@ def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
         issues.append(SpecIssue("data.sources", "at least one training source is needed"))
     needed = _prompt_columns(spec, issues)
     train_needs = {**needed, **_reward_columns(spec)}  # a reward's missing column would score every completion None
-    if spec.data.images_column:
-        train_needs[spec.data.images_column] = "data.images_column"
+    media = _media_columns(spec)
+    for col, (fld, _) in media.items():
+        train_needs[col] = fld
     for fld, sources, cols in (("data.sources", spec.data.sources, train_needs),
                                ("data.eval_sources", spec.data.eval_sources, train_needs)):
         for src in sources:
@@ -222,13 +257,12 @@ def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
                 issues.append(SpecIssue(fld, f"{path}: unsupported format {p.suffix!r} "
                                              f"(use {', '.join(SUPPORTED_DATA_SUFFIXES)} or a saved dataset directory)"))
                 continue
-            media = [spec.data.images_column] if spec.data.images_column else []
-            scan = scan_source(p, list(cols), media=media, media_base=base)
+            scan = scan_source(p, list(cols), media={c: k for c, (_, k) in media.items()}, media_base=base)
             if scan.error:
                 issues.append(SpecIssue(fld, f"{path}: {scan.error}"))
                 continue
             for col, why in sorted(scan.bad_media.items()):  # a missing file, an unreadable image, a wrong type
-                issues.append(SpecIssue("data.images_column", f"{path} {why} (column {col!r})"))
+                issues.append(SpecIssue(media[col][0], f"{path} {why} (column {col!r})"))
             for col in sorted(scan.missing):
                 where = f"column {col!r} not in {path}" if scan.absent(col) else f"{path} {scan.missing[col]}: no {col!r} column"
                 issues.append(SpecIssue(cols[col], where + _needed_by(spec, col, cols[col])
@@ -465,6 +499,10 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
             if r.engine == "vllm" and not machine.gpus else ""
         issues.append(SpecIssue("rollout.engine", f"engine {r.engine!r} is not installed here "
                                                   f"(available: {', '.join(sorted(machine.engines))}){hint}"))
+    vllm_python = r.worker_python or sys.executable  # where vLLM runs (a missing interpreter is reported above)
+    if r.engine == "vllm" and not r.worker_urls and Path(vllm_python).is_file() and (
+            spec.data.images_column or spec.data.videos_column or spec.data.audios_column):
+        issues += _vllm_media_issues(spec, vllm_python)
     n = len(machine.gpus)
     wants_cuda = res.device == "cuda" or res.train_gpus or res.rollout_gpus
     if wants_cuda and n == 0:
@@ -480,6 +518,50 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
     if on_cuda and n and not res.train_gpus and res.ranks_per_node > n:
         issues.append(SpecIssue("resources.nproc_per_node", f"{res.ranks_per_node} ranks need as many GPUs "
                                                             f"(this machine has {n}); list them in train_gpus"))
+    return issues
+
+
+@lru_cache(maxsize=8)
+def torchvision_error(python: str) -> str | None:
+    """Why `python` cannot import torchvision (its last error line), or None when it can. A subprocess: a
+    torchvision built for another torch fails inside its import, which should not happen in this process."""
+    try:
+        out = subprocess.run([python, "-c", "import torchvision"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as err:
+        return str(err)
+    if out.returncode == 0:
+        return None
+    lines = [ln for ln in out.stderr.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else f"exit code {out.returncode}"
+
+
+def _vllm_media_issues(spec: RunSpec, python: str) -> list[SpecIssue]:
+    """vLLM with image or video prompts.
+
+    vLLM 0.32's Qwen2-VL model code (vllm/model_executor/models/qwen2_vl.py) imports `smart_resize` from
+    transformers' torchvision image processor, so without a working torchvision vLLM cannot even inspect the
+    architecture ("Model architectures ['Qwen2VLForConditionalGeneration'] failed to be inspected"). The CPU
+    vLLM profile has none: the registry's torchvision wheel is a CUDA build whose _C.so needs libtorch_cuda.so
+    and libc10_cuda.so, absent beside the CPU torch ("operator torchvision::nms does not exist"), so
+    scripts/setup_vllm_cpu.sh removes it. Videos are refused with vLLM everywhere: vLLM re-processes the raw
+    frames with Qwen2-VL's video processor (its own frame and pixel budget), so the prompt it samples from
+    would not be the prompt the trainer scores."""
+    issues: list[SpecIssue] = []
+    if spec.data.audios_column:
+        issues.append(SpecIssue("rollout.engine", "audio prompts run with engine hf (they are not wired into vLLM's "
+                                                  "multimodal input)"))
+    if spec.data.videos_column:
+        issues.append(SpecIssue("rollout.engine", "video prompts run with engine hf: vLLM would re-process the frames "
+                                                  "with its own video processor, so its prompt tokens would differ "
+                                                  "from the ones the trainer scores"))
+    if spec.data.images_column:
+        err = torchvision_error(python)
+        if err is not None:
+            issues.append(SpecIssue("rollout.engine", f"image prompts with vLLM need torchvision (vLLM's Qwen2-VL code "
+                                                      f"imports transformers' torchvision image processor), and {python} "
+                                                      f"cannot import it ({err}); the CPU vLLM profile has none (the "
+                                                      "registry's torchvision is a CUDA build that does not load beside "
+                                                      "the CPU torch): use engine hf here"))
     return issues
 
 

@@ -135,27 +135,27 @@ class SourceScan:
         return self.missing.get(column) == self.first
 
 
-def scan_source(path: Path, needed: list[str], media: list[str] | None = None, media_base: Path | None = None
-                ) -> SourceScan:
+def scan_source(path: Path, needed: list[str], media: list[str] | dict[str, str] | None = None,
+                media_base: Path | None = None) -> SourceScan:
     """Read a whole local source and check every row has the needed columns.
 
-    `media` columns hold images (backend.multimodal): every one is opened, relative paths resolved against
-    `media_base`, and the first bad cell of each column (missing file, unreadable image, wrong type, remote
-    URL) is reported with its row. Cached by path, size and mtime, so the studio's validation on every
-    change does not re-read it."""
+    `media` columns hold media (backend.multimodal): a list of image columns, or {column: 'image' | 'video' |
+    'audio'}. Every item is opened, relative paths resolved against `media_base`, and the first bad cell of
+    each column (missing file, unreadable image / video / audio, wrong type, remote URL) is reported with its
+    row. Cached by path, size and mtime, so the studio's validation on every change does not re-read it."""
     try:
         st = path.stat()
     except OSError as err:
         return SourceScan(error=f"cannot read: {err.strerror or err}")
     base = str(media_base if media_base is not None else path.parent)
-    return _scan(str(path), st.st_size, st.st_mtime_ns, tuple(sorted(set(needed))), tuple(sorted(set(media or []))),
-                 base)
+    kinds = media if isinstance(media, dict) else dict.fromkeys(media or [], "image")
+    return _scan(str(path), st.st_size, st.st_mtime_ns, tuple(sorted(set(needed))), tuple(sorted(kinds.items())), base)
 
 
 @lru_cache(maxsize=64)
-def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media: tuple[str, ...] = (),
+def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media: tuple[tuple[str, str], ...] = (),
           media_base: str = ".") -> SourceScan:
-    from backend.multimodal import check_media_cell
+    from backend.multimodal import check_cell
 
     missing: dict[str, str] = {}
     bad_media: dict[str, str] = {}
@@ -170,9 +170,9 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media
             for c in needed:
                 if c not in missing and row.get(c) is None:
                     missing[c] = where
-            for c in media:
+            for c, kind in media:
                 if c not in bad_media and row.get(c) is not None:
-                    why = check_media_cell(row[c], Path(media_base))
+                    why = check_cell(kind, row[c], Path(media_base))
                     if why:
                         bad_media[c] = f"{where}: {why}"
     except DataError as err:
@@ -233,7 +233,8 @@ def load_rows(sources: list[str], data: DataSection, seed: int, base_dir: Path) 
     for ref in sources:
         ds = load_source(ref, base_dir, seed)
         wanted = template_columns(data.prompt_template) if data.prompt_template else [data.prompt_column]
-        missing = [c for c in (*wanted, data.images_column) if c and c not in ds.column_names]
+        media = (data.images_column, data.videos_column, data.audios_column)
+        missing = [c for c in (*wanted, *media) if c and c not in ds.column_names]
         if missing:
             raise DataError(f"{ref}: column(s) {missing} missing (columns: {ds.column_names})")
         rows.extend(ds.to_list())

@@ -49,14 +49,17 @@ def compute_dtype(spec: RunSpec) -> torch.dtype | None:
 
 
 def model_class(ref: str, trust_remote_code: bool = False):
-    """AutoModelForCausalLM, or AutoModelForImageTextToText for a vision-language model (Qwen2-VL and the
-    like are not causal-LM auto classes, though they generate text the same way)."""
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    """AutoModelForCausalLM, or AutoModelForImageTextToText for a vision-language model, AutoModelForMultimodalLM
+    for an audio-language model (Qwen2-VL, Qwen2-Audio and the like are not causal-LM auto classes, though they
+    generate text the same way)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoModelForMultimodalLM
 
-    from backend.multimodal import is_vision_config
+    from backend.multimodal import is_audio_config, is_vision_config
 
     cfg = AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
-    return AutoModelForImageTextToText if is_vision_config(cfg) else AutoModelForCausalLM
+    if is_vision_config(cfg):
+        return AutoModelForImageTextToText
+    return AutoModelForMultimodalLM if is_audio_config(cfg) else AutoModelForCausalLM
 
 
 def load_base(spec: RunSpec, base_dir: Path, device: torch.device, weights: str | None = None,
@@ -69,7 +72,10 @@ def load_base(spec: RunSpec, base_dir: Path, device: torch.device, weights: str 
 
 
 def load_vision_processor(spec: RunSpec, base_dir: Path, tokenizer):
-    """The image processor + tokenizer pair for multimodal prompts (backend.multimodal)."""
-    from backend.multimodal import VisionProcessor
+    """The processor for multimodal prompts (backend.multimodal): image processor + tokenizer for images and videos,
+    the model's own processor for audio."""
+    from backend.multimodal import AudioProcessor, VisionProcessor
 
+    if spec.data.audios_column:
+        return AudioProcessor.from_pretrained(model_ref(spec, base_dir), spec.model.trust_remote_code)
     return VisionProcessor.from_pretrained(model_ref(spec, base_dir), tokenizer, spec.model.trust_remote_code)

@@ -13,6 +13,21 @@ Contract
   model's forward. Plain dicts of tensors survive `torch.load(weights_only=True)` in checkpoints.
   It needs only the image processor's PIL backend and the tokenizer: transformers' Qwen2VLProcessor
   also builds a video processor, which needs torchvision, a package the CPU install does not have.
+- Videos (`data.videos_column`): a cell is one video, an animated GIF/WebP (path, bytes or dict) or a
+  list of still frame images of one size. Frames go through the image processor (its PIL backend; the pixel
+  budget of the model's video_preprocessor_config.json when it ships one, else the image budget; every frame
+  given is used, no fps sampling) and are regrouped the way Qwen2-VL's video processor lays them out: pairs of consecutive
+  frames (temporal_patch_size, the last frame repeated to fill a pair) form one temporal patch, giving
+  {"pixel_values_videos", "video_grid_thw"} and one `<|video_pad|>` per merged patch per frame pair. A
+  video of two identical frames is therefore exactly the image of that frame (the image processor repeats
+  a still image over the temporal patch), which the tests use as the reference. No torchvision, decord
+  or ffmpeg is involved.
+- Audio (`data.audios_column`): a cell is a WAV file (path, bytes or dict) or a list of them, read with
+  soundfile when installed, else the stdlib `wave` module (PCM), mono, resampled linearly to the feature
+  extractor's rate. `check_audio_cell` validates them; `audio_feature_extractor` says whether a model's
+  processor takes audio at all (backend.checks refuses the column otherwise). `AudioProcessor` runs the
+  model's own transformers processor (Qwen2-Audio: Whisper features, one <|AUDIO|> per audio frame token),
+  so media = {"input_features", "feature_attention_mask"}; the model's positions are plain 1-D ones.
 - Qwen2-VL places image tokens on a 3-D (time, height, width) rotary grid (M-RoPE). `rope_positions`
   gives the (3, B, L) positions of left-padded prompts and each row's delta: text after the prompt
   sits at (index in the unpadded sequence + delta) on all three axes, so a plain 2-D position for
@@ -72,42 +87,202 @@ def resolve_path(ref: str, base_dir: Path) -> Path:
     return p if p.is_absolute() else base_dir / p
 
 
-def _source(item: Any, base_dir: Path) -> bytes | Path:
-    """The bytes or the local file behind one image item; MediaError says why there is none."""
-    if isinstance(item, dict):  # datasets' Image feature: bytes win, else the path
+def _source(item: Any, base_dir: Path, noun: str = "image") -> bytes | Path:
+    """The bytes or the local file behind one media item; MediaError says why there is none."""
+    if isinstance(item, dict):  # datasets' Image / Audio feature: bytes win, else the path
         if item.get("bytes"):
             item = item["bytes"]
         elif item.get("path"):
             item = item["path"]
         else:
-            raise MediaError("an image dict needs 'bytes' or 'path'")
+            raise MediaError(f"{_a(noun)} dict needs 'bytes' or 'path'")
     if isinstance(item, (bytes, bytearray)):
         return bytes(item)
     if not isinstance(item, str):
-        raise MediaError(f"expected an image path, bytes or a list of them, got {type(item).__name__}")
+        raise MediaError(f"expected {_a(noun)} path, bytes or a list of them, got {type(item).__name__}")
     if item.strip().lower().startswith(REMOTE_PREFIXES):
-        raise MediaError(f"remote image {item!r} refused: nothing is downloaded at run time; "
+        raise MediaError(f"remote {noun} {item!r} refused: nothing is downloaded at run time; "
                          "download it and give a local path")
     if not item.strip():
-        raise MediaError("empty image path")
+        raise MediaError(f"empty {noun} path")
     return resolve_path(item, base_dir)
 
 
-def load_image(item: Any, base_dir: Path):
-    """One image item -> an RGB PIL image (MediaError when missing, remote or unreadable)."""
+def _a(noun: str) -> str:
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+
+def _open(item: Any, base_dir: Path, noun: str = "image"):
+    """One image item -> the PIL image as stored (animated files keep their frames), loaded."""
     from PIL import Image, UnidentifiedImageError
 
     if _is_pil(item):  # a hub dataset's decoded Image feature
-        return item.convert("RGB")
-    src = _source(item, base_dir)
+        return item
+    src = _source(item, base_dir, noun)
     try:
         img = Image.open(io.BytesIO(src) if isinstance(src, bytes) else src)
         img.load()
     except FileNotFoundError as err:
-        raise MediaError(f"no such image file: {src}") from err
+        raise MediaError(f"no such {noun} file: {src}") from err
     except (UnidentifiedImageError, OSError, ValueError) as err:
-        raise MediaError(f"unreadable image {_describe(item) if isinstance(src, bytes) else src}: {err}") from err
-    return img.convert("RGB")
+        raise MediaError(f"unreadable {noun} {_describe(item) if isinstance(src, bytes) else src}: {err}") from err
+    return img
+
+
+def load_image(item: Any, base_dir: Path):
+    """One image item -> an RGB PIL image (MediaError when missing, remote or unreadable)."""
+    return _open(item, base_dir).convert("RGB")
+
+
+def first_frame(value: Any) -> Any:
+    """What a thumbnail of a video cell shows: its first frame file, or the animated file (read as its first frame)."""
+    if isinstance(value, (list, tuple)):
+        return value[0] if value else None
+    return value
+
+
+def video_items(value: Any) -> list[Any]:
+    """A video cell as a list of videos: one per row (None or [] = none)."""
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return []
+    return [value]
+
+
+def load_video(value: Any, base_dir: Path) -> list[Any]:
+    """One video cell -> its RGB frames: every frame of an animated GIF/WebP (or one still image), or a list
+    of still frame images. MediaError when a frame is missing or unreadable, or the frames differ in size."""
+    from PIL import ImageSequence
+
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise MediaError("an empty list of frames")
+        frames = []
+        for k, item in enumerate(value):
+            if isinstance(item, (list, tuple)):
+                raise MediaError("a video is an animated image or a list of frame images (one video per row); "
+                                 f"frame {k} is a list")
+            img = _open(item, base_dir, "video frame")
+            if getattr(img, "n_frames", 1) > 1:
+                raise MediaError(f"frame {k} ({_describe(item)}) is itself animated: give one animated file, "
+                                 "or a list of still frames")
+            frames.append(img.convert("RGB"))
+    else:
+        img = _open(value, base_dir, "video")
+        try:
+            frames = [f.convert("RGB") for f in ImageSequence.Iterator(img)]
+        except (OSError, ValueError, EOFError) as err:
+            raise MediaError(f"unreadable video {_describe(value)}: {err}") from err
+    sizes = {f.size for f in frames}
+    if len(sizes) > 1:
+        raise MediaError(f"video frames differ in size ({', '.join(f'{w}x{h}' for w, h in sorted(sizes))}); "
+                         "resize them to one size")
+    return frames
+
+
+def check_video_cell(value: Any, base_dir: Path) -> str | None:
+    """Why a cell cannot be used as a video (None when every frame opens)."""
+    if value is not None and not isinstance(value, (str, bytes, bytearray, dict, list, tuple)) and not _is_pil(value):
+        return f"expected a video path (animated GIF/WebP), bytes or a list of frame paths, got {type(value).__name__}"
+    if not video_items(value):
+        return "no video"
+    try:
+        load_video(value, base_dir)
+    except MediaError as err:
+        return str(err)
+    return None
+
+
+# ----------------------------------------------------------------------------- audio
+
+
+@dataclass(frozen=True)
+class Audio:
+    samples: Any  # float32 numpy array, mono, in [-1, 1]
+    sampling_rate: int
+
+
+def load_audio(item: Any, base_dir: Path) -> Audio:
+    """One audio item (a WAV path, bytes or an Audio dict) -> mono float32 samples and their rate."""
+    import numpy as np
+
+    if isinstance(item, dict) and "array" in item and "sampling_rate" in item:  # datasets' decoded Audio feature
+        arr = np.asarray(item["array"], dtype=np.float32)
+        return Audio(arr.mean(-1) if arr.ndim > 1 else arr, int(item["sampling_rate"]))
+    src = _source(item, base_dir, "audio")
+    name = _describe(item) if isinstance(src, bytes) else str(src)
+    if isinstance(src, Path) and not src.is_file():
+        raise MediaError(f"no such audio file: {src}")
+    try:
+        import soundfile  # optional: more formats than WAV
+    except ImportError:
+        soundfile = None
+    try:
+        if soundfile is not None:
+            data, rate = soundfile.read(io.BytesIO(src) if isinstance(src, bytes) else str(src), dtype="float32")
+            arr = np.asarray(data, dtype=np.float32)
+            return Audio(arr.mean(-1) if arr.ndim > 1 else arr, int(rate))
+        return _read_wav(io.BytesIO(src) if isinstance(src, bytes) else src)
+    except MediaError:
+        raise
+    except Exception as err:  # wave.Error, EOFError, soundfile's LibsndfileError...
+        raise MediaError(f"unreadable audio {name}: {err}") from err
+
+
+def _read_wav(f: Any) -> Audio:
+    """PCM WAV through the stdlib (8-bit unsigned, 16/24/32-bit signed), channels averaged."""
+    import wave
+
+    import numpy as np
+
+    with wave.open(f if not isinstance(f, Path) else str(f), "rb") as w:
+        width, channels, rate = w.getsampwidth(), w.getnchannels(), w.getframerate()
+        raw = w.readframes(w.getnframes())
+    if width == 1:
+        arr = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width in (2, 4):
+        arr = np.frombuffer(raw, f"<i{width}").astype(np.float32) / float(2 ** (8 * width - 1))
+    elif width == 3:
+        b = np.frombuffer(raw, np.uint8).reshape(-1, 3).astype(np.int32)
+        v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
+        arr = (np.where(v >= 1 << 23, v - (1 << 24), v)).astype(np.float32) / float(1 << 23)
+    else:
+        raise MediaError(f"unsupported WAV sample width {width} bytes")
+    arr = arr.reshape(-1, channels).mean(-1) if channels > 1 else arr
+    return Audio(arr, rate)
+
+
+def check_audio_cell(value: Any, base_dir: Path) -> str | None:
+    """Why a cell cannot be used as audio (None when every file reads)."""
+    if value is not None and not isinstance(value, (str, bytes, bytearray, dict, list, tuple)):
+        return f"expected an audio path (WAV), bytes or a list of them, got {type(value).__name__}"
+    items = media_items(value)
+    if not items:
+        return "no audio"
+    for item in items:
+        try:
+            load_audio(item, base_dir)
+        except MediaError as err:
+            return str(err)
+    return None
+
+
+def audio_feature_extractor(model_dir: Path) -> str | None:
+    """The audio feature extractor a model's processor declares (e.g. 'WhisperFeatureExtractor'), or None
+    when its processor takes no audio (a text or vision-language model)."""
+    import json
+
+    for name in ("preprocessor_config.json", "processor_config.json"):
+        try:
+            cfg = json.loads((model_dir / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(cfg, dict):
+            continue
+        sub = cfg.get("feature_extractor") if isinstance(cfg.get("feature_extractor"), dict) else cfg
+        kind = sub.get("feature_extractor_type") or ""
+        if kind or "audio" in str(cfg.get("processor_class", "")).lower():
+            return kind or str(cfg.get("processor_class"))
+    return None
 
 
 def check_media_cell(value: Any, base_dir: Path) -> str | None:
@@ -125,6 +300,11 @@ def check_media_cell(value: Any, base_dir: Path) -> str | None:
     return None
 
 
+def check_cell(kind: str, value: Any, base_dir: Path) -> str | None:
+    """Why a cell of a media column of `kind` ('image', 'video', 'audio') cannot be used (None when it can)."""
+    return {"image": check_media_cell, "video": check_video_cell, "audio": check_audio_cell}[kind](value, base_dir)
+
+
 # ----------------------------------------------------------------------------- the processor
 
 
@@ -133,59 +313,110 @@ def is_vision_config(config: Any) -> bool:
     return getattr(config, "vision_config", None) is not None
 
 
+def is_audio_config(config: Any) -> bool:
+    """An audio-language model's config (Qwen2-Audio and the like carry an audio_config)."""
+    return getattr(config, "audio_config", None) is not None
+
+
 def placeholder_ids(config: Any) -> list[int]:
-    """Token ids that stand for media slots (image, video) in a vision-language model's prompts."""
-    if not is_vision_config(config):
-        return []
-    return sorted({i for i in (getattr(config, "image_token_id", None), getattr(config, "video_token_id", None))
-                   if isinstance(i, int)})
+    """Token ids that stand for media slots (image, video, audio) in a multimodal model's prompts."""
+    ids: set[Any] = set()
+    if is_vision_config(config):
+        ids |= {getattr(config, "image_token_id", None), getattr(config, "video_token_id", None)}
+    if is_audio_config(config):
+        ids |= {getattr(config, "audio_token_id", None), getattr(config, "audio_token_index", None)}
+    return sorted(i for i in ids if isinstance(i, int))
 
 
-def mm_messages(prompt: Any, n_images: int, system_prompt: str = "") -> list[dict[str, Any]]:
-    """Chat messages with the images first in the user turn (Qwen2-VL's convention); a prompt that is
-    already a message list keeps its own image parts, or gets them on its first user turn."""
+def _media_part(p: Any) -> bool:
+    return isinstance(p, dict) and (p.get("type") in ("image", "video", "audio") or any(k in p for k in ("image", "video", "audio")))
+
+
+def mm_messages(prompt: Any, n_images: int, system_prompt: str = "", n_videos: int = 0, n_audios: int = 0
+                ) -> list[dict[str, Any]]:
+    """Chat messages with the images, then the videos, then the audios first in the user turn (Qwen2-VL's
+    convention); a prompt that is already a message list keeps its own media parts, or gets them on its first
+    user turn."""
+    parts: list[dict[str, Any]] = [{"type": "image"}] * n_images + [{"type": "video"}] * n_videos + \
+        [{"type": "audio"}] * n_audios
     if isinstance(prompt, list):
         msgs = [dict(m) for m in prompt]
-        has_parts = any(isinstance(m.get("content"), list) and any(
-            isinstance(p, dict) and (p.get("type") == "image" or "image" in p) for p in m["content"]) for m in msgs)
+        has_parts = any(isinstance(m.get("content"), list) and any(_media_part(p) for p in m["content"]) for m in msgs)
         if not has_parts:
             for m in msgs:
                 if m.get("role") == "user":
-                    m["content"] = [{"type": "image"}] * n_images + [{"type": "text", "text": str(m["content"])}]
+                    m["content"] = parts + [{"type": "text", "text": str(m["content"])}]
                     break
     else:
-        msgs = [{"role": "user", "content": [{"type": "image"}] * n_images + [{"type": "text", "text": str(prompt)}]}]
+        msgs = [{"role": "user", "content": parts + [{"type": "text", "text": str(prompt)}]}]
     if system_prompt and not any(m.get("role") == "system" for m in msgs):
         msgs = [{"role": "system", "content": system_prompt}, *msgs]
     return msgs
 
 
+def _row_media(row: dict[str, Any], data: Any) -> tuple[list[Any], list[Any], list[Any]]:
+    """A row's image items, video cells and audio items, by the spec's columns (data: the RunSpec's DataSection)."""
+    images = media_items(row.get(data.images_column)) if data.images_column else []
+    videos_column, audios_column = getattr(data, "videos_column", ""), getattr(data, "audios_column", "")
+    videos = video_items(row.get(videos_column)) if videos_column else []
+    audios = media_items(row.get(audios_column)) if audios_column else []
+    return images, videos, audios
+
+
 def render_mm_text(row: dict[str, Any], data: Any, tokenizer: Any) -> str:
-    """A multimodal row's prompt text, one placeholder per image, without processing any image (previews)."""
-    n = len(media_items(row.get(data.images_column)))
+    """A multimodal row's prompt text, one placeholder per image, video or audio, without processing any media
+    (previews)."""
+    images, videos, audios = _row_media(row, data)
     prompt = data.prompt_template.format_map(row) if data.prompt_template else row[data.prompt_column]
     if not getattr(tokenizer, "chat_template", None):
-        raise MediaError("multimodal prompts need the tokenizer's chat template (it places the image tokens)")
-    return tokenizer.apply_chat_template(mm_messages(prompt, n, data.system_prompt), add_generation_prompt=True,
-                                         tokenize=False)
+        raise MediaError("multimodal prompts need the tokenizer's chat template (it places the media tokens)")
+    return tokenizer.apply_chat_template(mm_messages(prompt, len(images), data.system_prompt, len(videos), len(audios)),
+                                         add_generation_prompt=True, tokenize=False)
 
 
 @dataclass(frozen=True)
 class MMPrompt:
-    text: str  # the rendered prompt, one placeholder per image (what rewards and samples.jsonl see)
-    ids: list[int]  # its tokens with each placeholder expanded to the image's patch count
-    media: dict[str, torch.Tensor]  # {"pixel_values": (patches, dim), "image_grid_thw": (n_images, 3)}
+    text: str  # the rendered prompt, one placeholder per image or video (what rewards and samples.jsonl see)
+    ids: list[int]  # its tokens with each placeholder expanded to the image's (video's) merged-patch count
+    # {"pixel_values": (patches, dim), "image_grid_thw": (n_images, 3)} for images,
+    # {"pixel_values_videos": (patches, dim), "video_grid_thw": (n_videos, 3)} for videos
+    media: dict[str, torch.Tensor]
+    images: tuple[Any, ...] = ()  # the RGB images themselves, for engines that process them (vLLM)
+
+
+def _video_size(model_dir: Path) -> dict[str, int] | None:
+    """The per-frame pixel budget ({"shortest_edge", "longest_edge"}: min and max pixels) of a model's video
+    processor config, when it ships one (video_preprocessor_config.json); frames are then resized by it, as
+    Qwen2-VL's video processor does, instead of by the image budget."""
+    import json
+
+    try:
+        cfg = json.loads((model_dir / "video_preprocessor_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    size = dict(cfg.get("size") or {}) if isinstance(cfg, dict) else {}
+    for key, name in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
+        if isinstance(cfg, dict) and cfg.get(key):
+            size[name] = int(cfg[key])
+    return {k: int(size[k]) for k in ("shortest_edge", "longest_edge")} if {"shortest_edge", "longest_edge"} <= set(size) else None
 
 
 class VisionProcessor:
-    """Image processor + tokenizer, the Qwen2-VL way (placeholder expansion by grid size)."""
+    """Image processor + tokenizer, the Qwen2-VL way (placeholder expansion by grid size); videos are frames
+    through the same image processor, regrouped into temporal patches (see the module docstring)."""
 
-    def __init__(self, tokenizer: Any, image_processor: Any, image_token: str = "<|image_pad|>"):
+    def __init__(self, tokenizer: Any, image_processor: Any, image_token: str = "<|image_pad|>",
+                 video_token: str = "<|video_pad|>", video_size: dict[str, int] | None = None):
         self.tokenizer, self.image_processor, self.image_token = tokenizer, image_processor, image_token
+        self.video_size = video_size  # per-frame pixel budget of the model's video processor; None = the image one
         self.image_token_id = tokenizer.convert_tokens_to_ids(image_token)
         if self.image_token_id is None or self.image_token_id == tokenizer.unk_token_id:
             raise MediaError(f"the tokenizer has no image placeholder token {image_token!r}")
+        vid = tokenizer.convert_tokens_to_ids(video_token)
+        self.video_token = video_token if vid is not None and vid != tokenizer.unk_token_id else None
         self.merge = int(getattr(image_processor, "merge_size", 2))
+        self.temporal = int(getattr(image_processor, "temporal_patch_size", 2))
+        self.patch = int(getattr(image_processor, "patch_size", 14))
 
     @classmethod
     def from_pretrained(cls, path: str, tokenizer: Any, trust_remote_code: bool = False) -> VisionProcessor:
@@ -195,50 +426,159 @@ class VisionProcessor:
             ip = AutoImageProcessor.from_pretrained(path, backend="pil", trust_remote_code=trust_remote_code)
         except (TypeError, ValueError):
             ip = AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
-        return cls(tokenizer, ip, getattr(tokenizer, "image_token", None) or "<|image_pad|>")
+        return cls(tokenizer, ip, getattr(tokenizer, "image_token", None) or "<|image_pad|>",
+                   getattr(tokenizer, "video_token", None) or "<|video_pad|>", _video_size(Path(path)))
 
-    def messages(self, prompt: Any, n_images: int, system_prompt: str = "") -> list[dict[str, Any]]:
-        return mm_messages(prompt, n_images, system_prompt)
+    def messages(self, prompt: Any, n_images: int, system_prompt: str = "", n_videos: int = 0) -> list[dict[str, Any]]:
+        return mm_messages(prompt, n_images, system_prompt, n_videos)
 
-    def encode(self, messages: list[dict[str, Any]], images: list[Any]) -> MMPrompt:
+    def save_pretrained(self, path: Path) -> None:
+        """What a checkpoint needs beside the weights to take images again: the image processor's config."""
+        self.image_processor.save_pretrained(path)
+
+    def encode(self, messages: list[dict[str, Any]], images: list[Any], videos: list[list[Any]] = ()) -> MMPrompt:
         if not getattr(self.tokenizer, "chat_template", None):
             raise MediaError("multimodal prompts need the tokenizer's chat template (it places the image tokens)")
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return self.encode_text(text, images)
+        return self.encode_text(text, images, videos)
 
-    def encode_text(self, text: str, images: list[Any]) -> MMPrompt:
-        """Expand each image placeholder in `text` to its number of merged patches and tokenize."""
+    def video_features(self, frames: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(patches, C*T*P*P) pixel inputs and the (1, 3) grid of one video given as same-size RGB frames.
+
+        Each frame goes through the image processor, which lays a still image out as (gh/m, gw/m, m, m, C, T,
+        P, P) with the frame repeated over T; one copy of each frame is kept, frames are padded to a multiple
+        of T with the last one, and consecutive frames become the temporal axis of one patch, the layout of
+        Qwen2-VL's video processor: (t, gh/m, gw/m, m, m, C, T, P, P)."""
+        extra = {"size": self.video_size} if self.video_size else {}
+        feats = self.image_processor(images=frames, return_tensors="pt", **extra)
+        grids = feats["image_grid_thw"].long()
+        if (grids != grids[0]).any():
+            raise MediaError("video frames resize to different patch grids")
+        gh, gw = int(grids[0, 1]), int(grids[0, 2])
+        m, T, P = self.merge, self.temporal, self.patch
+        pv = feats["pixel_values"].float()
+        C = pv.shape[-1] // (T * P * P)
+        per_frame = pv.view(len(frames), gh // m, gw // m, m, m, C, T, P, P)[..., 0, :, :]
+        if pad := -len(frames) % T:
+            per_frame = torch.cat([per_frame, per_frame[-1:].expand(pad, *per_frame.shape[1:])])
+        t = per_frame.shape[0] // T
+        pv = per_frame.view(t, T, gh // m, gw // m, m, m, C, P, P).permute(0, 2, 3, 4, 5, 6, 1, 7, 8)
+        return pv.reshape(t * gh * gw, C * T * P * P).contiguous(), torch.tensor([[t, gh, gw]])
+
+    def encode_text(self, text: str, images: list[Any], videos: list[list[Any]] = ()) -> MMPrompt:
+        """Expand each image (video) placeholder in `text` to its number of merged patches and tokenize."""
+        import re
+
         n_slots = text.count(self.image_token)
         if n_slots != len(images):
             raise MediaError(f"the prompt has {n_slots} image placeholder(s) but the row has {len(images)} image(s)")
-        feats = self.image_processor(images=images, return_tensors="pt")
-        grid = feats["image_grid_thw"].long()
-        parts = text.split(self.image_token)
-        pieces = [parts[0]]
-        for k, g in enumerate(grid):
-            pieces.append(self.image_token * (int(g.prod()) // self.merge ** 2))
-            pieces.append(parts[k + 1])
+        n_vslots = text.count(self.video_token) if self.video_token else 0
+        if n_vslots != len(videos):
+            if self.video_token is None:
+                raise MediaError("the tokenizer has no video placeholder token '<|video_pad|>': this model takes no video")
+            raise MediaError(f"the prompt has {n_vslots} video placeholder(s) but the row has {len(videos)} video(s)")
+        media: dict[str, torch.Tensor] = {}
+        counts: dict[str, list[int]] = {self.image_token: [], self.video_token or "": []}
+        if images:
+            feats = self.image_processor(images=images, return_tensors="pt")
+            grid = feats["image_grid_thw"].long()
+            media.update(pixel_values=feats["pixel_values"].float(), image_grid_thw=grid)
+            counts[self.image_token] = [int(g.prod()) // self.merge ** 2 for g in grid]
+        if videos:
+            pvs, grids = zip(*(self.video_features(frames) for frames in videos))
+            media.update(pixel_values_videos=torch.cat(pvs), video_grid_thw=torch.cat(grids))
+            counts[self.video_token] = [int(g.prod()) // self.merge ** 2 for g in torch.cat(grids)]
+        tokens = [re.escape(t) for t in (self.image_token, self.video_token) if t]
+        pieces, seen = [], {self.image_token: 0, self.video_token: 0}
+        for piece in re.split(f"({'|'.join(tokens)})", text):
+            if piece in counts and piece:
+                pieces.append(piece * counts[piece][seen[piece]])
+                seen[piece] += 1
+            else:
+                pieces.append(piece)
         ids = self.tokenizer("".join(pieces), add_special_tokens=False)["input_ids"]
-        return MMPrompt(text, ids, {"pixel_values": feats["pixel_values"].float(), "image_grid_thw": grid})
+        return MMPrompt(text, ids, media, tuple(images))
 
 
-def render_mm_prompt(row: dict[str, Any], data: Any, vision: VisionProcessor, base_dir: Path) -> MMPrompt:
-    """A row with images -> prompt text, token ids and image inputs (data: the RunSpec's DataSection)."""
-    images = [load_image(i, base_dir) for i in media_items(row.get(data.images_column))]
+class AudioProcessor:
+    """An audio-language model's own transformers processor (Qwen2-Audio: a Whisper feature extractor, and the
+    placeholder expanded to one token per audio frame token), which needs no torchvision; audio arrives as
+    mono float samples, resampled to the feature extractor's rate."""
+
+    def __init__(self, processor: Any):
+        self.processor, self.tokenizer = processor, processor.tokenizer
+        self.audio_token = getattr(processor, "audio_token", None) or "<|AUDIO|>"
+        self.sampling_rate = int(getattr(processor.feature_extractor, "sampling_rate", 16000))
+
+    @classmethod
+    def from_pretrained(cls, path: str, trust_remote_code: bool = False) -> AudioProcessor:
+        from transformers import AutoProcessor
+
+        return cls(AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code))
+
+    def save_pretrained(self, path: Path) -> None:
+        """The processor's config (feature extractor, audio tokens) beside a checkpoint's weights."""
+        self.processor.save_pretrained(path)
+
+    def resample(self, audio: Audio) -> Any:
+        """Linear interpolation to the feature extractor's rate (enough for the log-mel features it computes)."""
+        import numpy as np
+
+        if audio.sampling_rate == self.sampling_rate or len(audio.samples) < 2:
+            return audio.samples
+        n = max(1, round(len(audio.samples) * self.sampling_rate / audio.sampling_rate))
+        t = np.linspace(0, len(audio.samples) - 1, n)
+        return np.interp(t, np.arange(len(audio.samples)), audio.samples).astype(np.float32)
+
+    def encode(self, messages: list[dict[str, Any]], audios: list[Audio]) -> MMPrompt:
+        template = getattr(self.processor, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
+        if not template:
+            raise MediaError("audio prompts need the processor's or tokenizer's chat template (it places the audio tokens)")
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                                  chat_template=template)
+        return self.encode_text(text, audios)
+
+    def encode_text(self, text: str, audios: list[Audio]) -> MMPrompt:
+        n_slots = text.count(self.audio_token)
+        if n_slots != len(audios):
+            raise MediaError(f"the prompt has {n_slots} audio placeholder(s) but the row has {len(audios)} audio(s)")
+        if not audios:
+            return MMPrompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"], {})
+        out = self.processor(text=[text], audio=[self.resample(a) for a in audios], sampling_rate=self.sampling_rate,
+                             return_tensors="pt")
+        media = {k: v for k, v in out.items() if isinstance(v, torch.Tensor)
+                 and k not in ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")}
+        return MMPrompt(text, out["input_ids"][0].tolist(), media)
+
+
+def render_mm_prompt(row: dict[str, Any], data: Any, vision: VisionProcessor | AudioProcessor, base_dir: Path) -> MMPrompt:
+    """A row with images, a video or audio -> prompt text, token ids and media inputs (data: the RunSpec's
+    DataSection; `vision`: the model's processor)."""
+    image_items, video_cells, audio_items = _row_media(row, data)
     prompt = data.prompt_template.format_map(row) if data.prompt_template else row[data.prompt_column]
-    return vision.encode(vision.messages(prompt, len(images), data.system_prompt), images)
+    if isinstance(vision, AudioProcessor):
+        if image_items or video_cells:
+            raise MediaError("an audio model takes no images or videos")
+        audios = [load_audio(a, base_dir) for a in audio_items]
+        return vision.encode(mm_messages(prompt, 0, data.system_prompt, n_audios=len(audios)), audios)
+    if audio_items:
+        raise MediaError("a vision-language model takes no audio")
+    images = [load_image(i, base_dir) for i in image_items]
+    videos = [load_video(v, base_dir) for v in video_cells]
+    return vision.encode(vision.messages(prompt, len(images), data.system_prompt, len(videos)), images, videos)
 
 
 # ----------------------------------------------------------------------------- model inputs
 
 
 def stack_media(items: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor] | None:
-    """Media of a batch, in row order (the model scatters image features into image tokens row by row);
-    None when no row has any."""
+    """Media of a batch, in row order (the model scatters image / video features into their tokens row by row),
+    each kind concatenated over the rows that have it; None when no row has any."""
     rows = [m for m in items if m]
     if not rows:
         return None
-    return {k: torch.cat([m[k] for m in rows], 0) for k in rows[0]}
+    keys = dict.fromkeys(k for m in rows for k in m)  # image rows and video rows may mix in one batch
+    return {k: torch.cat([m[k] for m in rows if k in m], 0) for k in keys}
 
 
 def _vl_core(model: Any) -> Any:
@@ -266,6 +606,17 @@ def rope_positions(model: Any, ids: torch.Tensor, mask: torch.Tensor, media: dic
     types[ids == getattr(cfg, "video_token_id", -1)] = 2
     return core.get_rope_index(ids, mm_token_type_ids=types, image_grid_thw=media.get("image_grid_thw"),
                                video_grid_thw=media.get("video_grid_thw"), attention_mask=mask)
+
+
+def media_positions(model: Any, ids: torch.Tensor, mask: torch.Tensor, media: dict[str, torch.Tensor]
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt positions and (B, 1) deltas for a batch with media: M-RoPE for models that have it (Qwen2-VL),
+    else plain positions that skip left padding, with delta 0 (Qwen2-Audio: audio tokens are ordinary positions)."""
+    try:
+        _vl_core(model)
+    except MediaError:
+        return (mask.cumsum(-1) - 1).clamp(min=0), torch.zeros((ids.shape[0], 1), dtype=torch.long, device=ids.device)
+    return rope_positions(model, ids, mask, media)
 
 
 def forward_media(media: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:

@@ -56,6 +56,11 @@ class DataSection(Section):
     solution_column: str = Field("solution", description="Column with the reference answer, passed to rewards as 'solution'.")
     images_column: str = Field("", description="Column with image paths for multimodal models ('' = none).",
                                json_schema_extra=_adv())
+    videos_column: str = Field(
+        "", description="Column with videos for vision-language models: an animated GIF/WebP, or a list of frame "
+                        "images ('' = none).", json_schema_extra=_adv())
+    audios_column: str = Field("", description="Column with WAV audio for models whose processor takes audio ('' = none).",
+                               json_schema_extra=_adv())
     prompt_template: str = Field(
         "", description="Build the prompt from columns, e.g. 'Make {target} from {nums}.' ('' = use prompt_column).")
     system_prompt: str = Field("", description="System message prepended to every prompt ('' = none).")

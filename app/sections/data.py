@@ -10,13 +10,14 @@ from typing import Any
 import gradio as gr
 
 from app.data_preview import preview_rows
-from app.fields import section_fields
+from app.fields import COLUMN_FIELDS, section_fields
 from app.form import FieldValueError, field_doc, from_widget, values_to_spec
 from app.locales import t
 from app.media import img_tags, thumb_uris
 from app.paths import PathError
 from app.sections import BuildContext
 from backend.data import is_hub_id, peek_columns, split_source
+from backend.multimodal import first_frame
 from backend.spec import SpecError
 
 
@@ -73,11 +74,12 @@ def build(ctx: BuildContext) -> None:
                             "data_preview")
     preview = gr.HTML(elem_id="data-preview")
 
-    col_comps = [comps["data.prompt_column"], comps["data.solution_column"], comps["data.images_column"]]
+    col_comps = [comps[f] for f in COLUMN_FIELDS]
 
-    def on_sources(sources_text: str, p: str, s: str, im: str, lang: str) -> list[Any]:
+    def on_sources(sources_text: str, *rest: str) -> list[Any]:
+        *values, lang = rest  # the column fields' current values, then the language
         cols, msg = detect_columns(ctx, sources_text, lang)
-        updates = [gr.update(choices=sorted({*cols, v or ""}) if cols else [v or ""]) for v in (p, s, im)]
+        updates = [gr.update(choices=sorted({*cols, v or ""}) if cols else [v or ""]) for v in values]
         return [*updates, msg]
 
     for ev in (comps["data.sources"].blur, comps["data.sources"].submit):
@@ -110,9 +112,12 @@ def build(ctx: BuildContext) -> None:
             rows, note = preview_rows(spec, ctx.config.workspace.root, n=5)
         except Exception as err:  # unreadable file, bad JSON line, ...: shown, not raised
             return "⚠ " + html.escape(t("data_preview_error", lang, err=f"{type(err).__name__}: {err}"))
-        if spec.data.images_column:  # each row's pictures beside its prompt (paths stay inside the workspace)
-            for r in rows:
-                r["thumbs"] = thumb_uris(r["columns"].get(spec.data.images_column), ctx.config.workspace)
+        if spec.data.images_column or spec.data.videos_column:  # each row's pictures (a video: its first frame)
+            for r in rows:  # beside its prompt (paths stay inside the workspace)
+                r["thumbs"] = thumb_uris(r["columns"].get(spec.data.images_column), ctx.config.workspace) \
+                    if spec.data.images_column else []
+                if spec.data.videos_column:
+                    r["thumbs"] += thumb_uris(first_frame(r["columns"].get(spec.data.videos_column)), ctx.config.workspace)
         return render_preview(rows, note, lang)
 
     # wired once every field exists: the preview needs the model's tokenizer and the whole data section

@@ -44,11 +44,23 @@ class Completion:
     logprobs: list[float] | None = None
 
 
+@dataclass(frozen=True)
+class RawMedia:
+    """A multimodal prompt as engines that process media themselves take it (vLLM): the prompt's tokens with one
+    placeholder per image (the engine expands it to the patch count) and the images as RGB PIL images."""
+
+    prompt_ids: list[int]
+    images: list[Any]
+
+
 @dataclass
 class PromptInput:
-    token_ids: list[int]
-    multi_modal: dict[str, Any] = field(default_factory=dict)  # e.g. {"image": [...]} for VLMs
+    token_ids: list[int]  # multimodal prompts: placeholders expanded to one token per merged patch
+    # the model's media inputs for engines that run the transformers model (hf): {"pixel_values", "image_grid_thw",
+    # "pixel_values_videos", "video_grid_thw"} (backend.multimodal); {} for text
+    multi_modal: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None  # this group's sampling seed (see SamplingParams.seed)
+    raw_media: RawMedia | None = None  # the same prompt for engines that process images themselves (vLLM)
 
 
 def group_seeds(prompts: list[PromptInput], sampling: SamplingParams) -> list[PromptInput]:

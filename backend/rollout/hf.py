@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from backend.multimodal import forward_media, placeholder_ids, rope_positions, stack_media
+from backend.multimodal import forward_media, media_positions, placeholder_ids, stack_media
 from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
 from backend.rollout.fast_decode import KVDecoder, attend_mask, lean_head, lean_layers, plain_modules, supports
 
@@ -128,8 +128,8 @@ class HFEngine:
         extra: dict[str, torch.Tensor] = {}
         if media is None:
             prefill_pos, delta = positions(mask), torch.zeros((len(prompts), 1), dtype=torch.long, device=device)
-        else:  # images: M-RoPE positions; text after the prompt is offset by each row's delta
-            prefill_pos, delta = rope_positions(model, ids, mask, media)
+        else:  # images, videos: M-RoPE positions; text after the prompt is offset by each row's delta (audio: 0)
+            prefill_pos, delta = media_positions(model, ids, mask, media)
             extra = forward_media(media, device)
         lean, kv = None, None
         cache = DynamicCache()

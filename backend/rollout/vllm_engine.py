@@ -15,6 +15,9 @@ Contract (base.py), mapped onto vLLM:
   instance, collective_rpc), then resets the prefix cache: cached KV blocks belong to the old weights.
   Tied embeddings: the trainer's named_parameters list `embed_tokens` once; vLLM's loader also wants
   `lm_head.weight`, so it is added when the model ties them.
+- multimodal prompts (images): see vllm_prompt. vLLM 0.32's Qwen2-VL code needs torchvision, which the CPU
+  profile cannot have, so image prompts with vLLM are untested here and backend.checks refuses them where
+  torchvision does not import; video prompts stay with engine hf (vLLM's video processor has its own budget);
 - sleep(): level 2 (weights and KV cache dropped) because the trainer pushes full weights right after
   every wake-up anyway; on CPU sleep mode does not exist and it is a no-op.
 
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -38,6 +41,19 @@ from backend.rollout.base import Completion, PromptInput, SamplingParams, group_
 
 if TYPE_CHECKING:
     from backend.rollout.worker import WorkerConfig
+
+
+def vllm_prompt(p: PromptInput) -> dict[str, Any]:
+    """One prompt as vLLM takes it. Multimodal prompts go as their tokens with one placeholder per image plus the
+    images: vLLM's processor expands each placeholder by the image's patch grid (the same smart_resize rule as
+    backend.multimodal, so the same count) and encodes the pixels itself. A prompt with media inputs but no raw
+    images is refused rather than sampled without its images."""
+    if p.raw_media is not None:
+        return {"prompt_token_ids": list(p.raw_media.prompt_ids), "multi_modal_data": {"image": list(p.raw_media.images)}}
+    if p.multi_modal:
+        raise ValueError("vLLM processes images itself: a multimodal prompt needs its images (PromptInput.raw_media); "
+                         "video prompts are for engine hf")
+    return {"prompt_token_ids": p.token_ids}
 
 
 class VLLMEngine:
@@ -72,8 +88,7 @@ class VLLMEngine:
         params = [VSP(n=sampling.n, max_tokens=sampling.max_tokens, temperature=sampling.temperature,
                       top_p=sampling.top_p, top_k=sampling.top_k if sampling.top_k else 0,
                       seed=p.seed, logprobs=0) for p in prompts]
-        inputs = [{"prompt_token_ids": p.token_ids} for p in prompts]
-        outs = self.llm.generate(inputs, params, use_tqdm=False)
+        outs = self.llm.generate([vllm_prompt(p) for p in prompts], params, use_tqdm=False)
         result: list[list[Completion]] = []
         for out in outs:
             group = []
@@ -86,6 +101,10 @@ class VLLMEngine:
         return result
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        # Vision-language models: the trainer's names (transformers >= 4.52: model.language_model.*, model.visual.*,
+        # lm_head.*) and the checkpoint's older ones (model.*, visual.*) both go through the model's
+        # hf_to_vllm_mapper inside load_weights, onto the same parameters (tests/test_rollout_engines.py checks
+        # this with vLLM's own WeightsMapper).
         weights = [(name, t) for name, t in named_tensors]
         names = {n for n, _ in weights}
         if self.tied and "lm_head.weight" not in names:

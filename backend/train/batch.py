@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from backend.rollout.base import Completion
+from backend.rollout.base import Completion, RawMedia
 
 
 @dataclass
@@ -43,6 +43,7 @@ class Prompt:
     text: str  # exactly what the model is prompted with (template applied, image placeholders expanded)
     ids: list[int]
     media: dict[str, torch.Tensor] | None = None  # image inputs for the model (multimodal rows)
+    raw_media: RawMedia | None = None  # the images and unexpanded prompt, for an engine that processes them (vLLM)
 
 
 @dataclass

@@ -24,7 +24,7 @@ import contextlib
 import torch
 from transformers import DynamicCache
 
-from backend.multimodal import forward_media, rope_positions, stack_media
+from backend.multimodal import forward_media, media_positions, stack_media
 from backend.rollout.fast_decode import attend_mask, lean_head, lean_layers, plain_modules, supports
 from backend.rollout.hf import positions
 
@@ -36,7 +36,7 @@ def _prompt_positions(model, ids: torch.Tensor, mask: torch.Tensor, media: list 
     batch = stack_media(media) if media else None
     if batch is None:
         return positions(mask), 0, {}
-    pos, delta = rope_positions(model, ids, mask, batch)
+    pos, delta = media_positions(model, ids, mask, batch)
     return pos, delta, forward_media(batch, ids.device)
 
 
@@ -83,12 +83,12 @@ def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: t
     mask = torch.cat([p_mask, c_mask], 1)
     ppos, delta, extra = _prompt_positions(model, p_ids, p_mask, media)
     pos = positions(mask)
-    if extra:  # images: the prompt's 3-D grid, then the completion's text positions on all three axes
+    if ppos.dim() == 3:  # images, videos: the prompt's 3-D grid, then the completion's text positions on all three axes
         cpos = (pos[:, Lp:] + delta)[None].expand(3, -1, -1)
         pos = torch.cat([ppos, cpos], dim=2)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
                    logits_to_keep=Lc + 1, **extra).logits
-    return logits[:, :-1, :]
+    return logits[:, -(Lc + 1):-1, :]  # some multimodal models (Qwen2-Audio) ignore logits_to_keep
 
 
 # ---------------------------------------------------------------------------------------------- lean forward

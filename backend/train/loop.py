@@ -34,7 +34,7 @@ from backend.eval.greedy import greedy_eval
 from backend.models import compute_dtype, load_tokenizer, load_vision_processor, resolve_device
 from backend.multimodal import media_ref, render_mm_prompt
 from backend.rewards.scorer import RewardScorer
-from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams, derive_seed
+from backend.rollout.base import PromptInput, RawMedia, RolloutEngine, SamplingParams, derive_seed
 from backend.rollout.hf import HFEngine, left_pad
 from backend.rollout.pool import RolloutPool
 from backend.rundir import RunDir
@@ -78,8 +78,9 @@ class GRPOTrainer:
 
         ckpt = run.latest_checkpoint() if resume else None
         self.tokenizer = load_tokenizer(spec, base_dir)
-        # images: prompts go through the model's image processor too (backend.multimodal)
-        self.vision = load_vision_processor(spec, base_dir, self.tokenizer) if spec.data.images_column else None
+        # images, videos, audio: prompts go through the model's processor too (backend.multimodal)
+        self.vision = load_vision_processor(spec, base_dir, self.tokenizer) \
+            if spec.data.images_column or spec.data.videos_column or spec.data.audios_column else None
         self.policy = build_policy(spec, base_dir, self.device, ckpt)
         self.reference = self.ranks.wrap_reference(spec, build_reference(spec, base_dir, self.device, self.policy))
         self.optimizer = build_optimizer(spec, self.policy)
@@ -127,7 +128,10 @@ class GRPOTrainer:
         if key not in self._prompt_cache:
             if self.vision is not None:
                 mm = render_mm_prompt(rows[row_idx], self.spec.data, self.vision, self.base_dir)
-                self._prompt_cache[key] = Prompt(mm.text, mm.ids, mm.media)
+                raw = None
+                if self.spec.rollout.engine == "vllm":  # vLLM expands the placeholders and processes the images itself
+                    raw = RawMedia(self.tokenizer(mm.text, add_special_tokens=False)["input_ids"], list(mm.images))
+                self._prompt_cache[key] = Prompt(mm.text, mm.ids, mm.media, raw)
             else:
                 text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer)
                 self._prompt_cache[key] = Prompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -145,7 +149,7 @@ class GRPOTrainer:
         G = self.spec.rollout.num_generations
         prompts = [self._prompt(i, self.rows, "train") for i in row_ids]
         t0 = time.time()
-        groups = self.engine.generate([PromptInput(p.ids, p.media or {}) for p in prompts],
+        groups = self.engine.generate([PromptInput(p.ids, p.media or {}, raw_media=p.raw_media) for p in prompts],
                                       self._sampling(index, attempt, G))
         t1 = time.time()
         matrix = self.scorer.score([p.text for p in prompts for _ in range(G)], [c.text for g in groups for c in g],
@@ -251,6 +255,10 @@ class GRPOTrainer:
             })
             if spec.data.images_column:  # the studio shows each group's picture beside it
                 samples[-1]["images"] = media_ref(self.rows[groups[gi].row].get(spec.data.images_column))
+            if spec.data.videos_column:  # the video's file, or its frames (the studio shows the first)
+                samples[-1]["videos"] = media_ref(self.rows[groups[gi].row].get(spec.data.videos_column))
+            if spec.data.audios_column:
+                samples[-1]["audios"] = media_ref(self.rows[groups[gi].row].get(spec.data.audios_column))
         media = [g.prompt.media for g in groups for _ in range(G)]
         return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
                        adv, m, samples, media=media if any(x is not None for x in media) else None)
@@ -475,7 +483,7 @@ class GRPOTrainer:
         self.policy.save_pretrained(ckpt / "model", safe_serialization=True, state_dict=weights)
         self.tokenizer.save_pretrained(ckpt / "model")
         if self.vision is not None:  # a checkpoint is a loadable model directory, image processor included
-            self.vision.image_processor.save_pretrained(ckpt / "model")
+            self.vision.save_pretrained(ckpt / "model")
         save_trainer_state(ckpt / "trainer_state.pt", step=self.step, rollouts_done=self.rollouts_done,
                            sampler=self.sampler.state_dict(), optimizer=optimizer,
                            scheduler=self.scheduler.state_dict(), pending=pending, in_flight=in_flight or [],
