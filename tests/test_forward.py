@@ -1,5 +1,5 @@
 """The shared-prompt forward gives the same log-probabilities and gradients as a plain forward, and the lean
-forward (backend.train.forward.lean_completion_logits) the same as transformers' forward."""
+forward (backend.train.forward.packed_completion_logits) the same as transformers' forward."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from backend.multimodal import forward_media, media_positions, stack_media
-from backend.rollout.fast_decode import attend_mask, lean_head, lean_layers, plain_modules, supports
+from backend.rollout.fast_decode import lean_head, lean_layers, plain_modules, supports
 from backend.rollout.hf import positions
 
 
@@ -57,8 +57,10 @@ def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: t
     (backend.multimodal; None for a text row): the vision tower runs once per prompt on the shared path.
     """
     Lc, Lp = c_ids.shape[1], p_ids.shape[1]
-    if not media and lean_supported(model, p_ids.device):
-        return lean_completion_logits(model, p_ids, p_mask, c_ids, c_mask, group_size)
+    # plain Qwen2 / Llama: one lean packed pass (an empty prompt, images or a wrapped model: the forward below)
+    if not media and lean_supported(model, p_ids.device) and bool((p_mask.sum(1) > 0).all()):
+        G = group_size if group_size and p_ids.shape[0] % group_size == 0 else 1
+        return packed_completion_logits(model, p_ids, p_mask, c_ids, c_mask, G)
     if group_size and group_size > 1 and p_ids.shape[0] % group_size == 0:
         G = group_size
         gp_ids, gp_mask = p_ids[::G], p_mask[::G]
@@ -95,9 +97,10 @@ def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: t
 
 
 def lean_supported(model: torch.nn.Module, device: torch.device) -> bool:
-    """Whether `lean_completion_logits` computes exactly what this model's forward computes: a plain Qwen2 /
+    """Whether `packed_completion_logits` computes exactly what this model's forward computes: a plain Qwen2 /
     Llama causal LM (fast_decode.supports) with sdpa or eager attention, no autocast, no attention dropout while
-    training, no gradient checkpointing and no hooks on any module (ZeRO-3 gathers, accelerate offload, user hooks would be skipped)."""
+    training, no gradient checkpointing and no hooks on any module (ZeRO-3 gathers, accelerate offload and user
+    hooks would be skipped)."""
     if not supports(model) or torch.is_autocast_enabled(device.type):
         return False
     # flash-attention / flex kernels were chosen for memory at long lengths: the lean pass's dense mask is not that
@@ -107,32 +110,6 @@ def lean_supported(model: torch.nn.Module, device: torch.device) -> bool:
     if model.training and any(float(layer.self_attn.attention_dropout or 0.0) > 0 for layer in model.model.layers):
         return False
     return plain_modules(model)
-
-
-def lean_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor,
-                           c_mask: torch.Tensor, group_size: int | None = None) -> torch.Tensor:
-    """`completion_logits` for a model that `lean_supported` accepts (text only); same shapes, same numbers.
-    Packed (`packed_completion_logits`) unless a prompt is empty."""
-    Lc, Lp = c_ids.shape[1], p_ids.shape[1]
-    G = group_size if group_size and p_ids.shape[0] % group_size == 0 else 1
-    if bool((p_mask.sum(1) > 0).all()):
-        return packed_completion_logits(model, p_ids, p_mask, c_ids, c_mask, G)
-    mask = torch.cat([p_mask, c_mask], 1)
-    pos = positions(mask)
-    if group_size and group_size > 1 and p_ids.shape[0] % group_size == 0:
-        G = group_size
-        gp_mask = p_mask[::G]
-        x, kv = lean_layers(model, p_ids[::G], pos[::G, :Lp], attend_mask(gp_mask, 0, Lp))
-        first = x[:, -1:].repeat_interleave(G, dim=0)
-        if Lc == 1:
-            return lean_head(model, first)
-        past = [(k.repeat_interleave(G, dim=0), v.repeat_interleave(G, dim=0)) for k, v in kv]
-        # the last completion token predicts nothing we score: feed tokens 0 .. Lc-2
-        rest, _ = lean_layers(model, c_ids[:, :-1], pos[:, Lp:-1], attend_mask(mask[:, :-1], Lp, Lc - 1), past)
-        return lean_head(model, torch.cat([first, rest], dim=1))
-    ids = torch.cat([p_ids, c_ids], 1)
-    x, _ = lean_layers(model, ids[:, :-1], pos[:, :-1], attend_mask(mask[:, :-1], 0, Lp + Lc - 1))
-    return lean_head(model, x[:, Lp - 1:])
 
 
 PACK_TOKENS = 128  # completion tokens packed into one sequence at most: attention grows with its square
