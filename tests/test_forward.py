@@ -145,3 +145,18 @@ def test_packing_part_of_a_group_matches_hf(monkeypatch) -> None:
         hf = selective_log_softmax(completion_logits(model, p_ids, p_mask, c_ids, c_mask, 4), c_ids)
     assert torch.isfinite(lean).all()
     torch.testing.assert_close(lean * c_mask, hf * c_mask, rtol=1e-5, atol=1e-5)
+
+
+def test_rope_is_transformers_rotary_bit_for_bit() -> None:
+    """fast_decode.rope (sign in the table, halves swapped by a roll) equals apply_rotary_pos_emb exactly."""
+    from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
+
+    from backend.rollout.fast_decode import rope, rope_tables
+
+    torch.manual_seed(0)
+    q, k = torch.randn(3, 4, 7, 16), torch.randn(3, 2, 7, 16)
+    cos, sin = torch.randn(3, 7, 16), torch.randn(3, 7, 16)
+    q_ref, k_ref = apply_rotary_pos_emb(q, k, cos, sin)
+    cos, sin = rope_tables(cos, sin)
+    assert torch.equal(rope(q, cos[:, None], sin[:, None]), q_ref)
+    assert torch.equal(rope(k, cos[:, None], sin[:, None]), k_ref)

@@ -32,9 +32,17 @@ def supports(model: torch.nn.Module) -> bool:
     return all(t == "full_attention" for t in (getattr(cfg, "layer_types", None) or []))
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary tables for `rope`: cos as is, sin with its first half negated."""
+    half = sin.shape[-1] // 2
+    return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """transformers' apply_rotary_pos_emb, x * cos + rotate_half(x) * sin, bit for bit: rotate_half(x) is
+    cat(-x2, x1) and (-a) * b == a * (-b) in floating point, so the sign moves into the table and the halves
+    swap with one roll (fewer ops per call, forward and backward)."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 _PLAIN: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, bool]] = weakref.WeakKeyDictionary()
@@ -98,7 +106,7 @@ def lean_layers(model, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
     inner = model.model
     silu = getattr(model.config, "hidden_act", "") == "silu"
     x = F.embedding(ids, inner.embed_tokens.weight)
-    cos, sin = inner.rotary_emb(x, pos)
+    cos, sin = rope_tables(*inner.rotary_emb(x, pos))
     cos, sin = cos[:, None], sin[:, None]
     B, L = ids.shape
     kv: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -109,8 +117,7 @@ def lean_layers(model, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
         q = _linear(attn.q_proj, h).view(B, L, -1, hd).transpose(1, 2)
         k = _linear(attn.k_proj, h).view(B, L, -1, hd).transpose(1, 2)
         v = _linear(attn.v_proj, h).view(B, L, -1, hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         if past is not None:
             k, v = torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2)
         kv.append((k, v))
@@ -155,7 +162,7 @@ class KVDecoder:
         self.fed = 0
         self.silu = getattr(model.config, "hidden_act", "") == "silu"
         pos = first + torch.arange(max_new, device=first.device)
-        cos, sin = model.model.rotary_emb(kv[0][0], pos)  # (B, max_new, head_dim), the keys' dtype
+        cos, sin = rope_tables(*model.model.rotary_emb(kv[0][0], pos))  # (B, max_new, head_dim), the keys' dtype
         self.cos, self.sin = cos[:, None], sin[:, None]
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -174,8 +181,8 @@ class KVDecoder:
             q = _linear(attn.q_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
             k = _linear(attn.k_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
             self.values[i][:, :, at] = _linear(attn.v_proj, h).view(batch, -1, hd)
-            q = q * cos + rotate_half(q) * sin
-            self.keys[i][:, :, at] = (k * cos + rotate_half(k) * sin)[:, :, 0]
+            q = rope(q, cos, sin)
+            self.keys[i][:, :, at] = rope(k, cos, sin)[:, :, 0]
             keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling,
                                                enable_gqa=q.shape[1] != keys.shape[1])
