@@ -321,6 +321,12 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "rollout.worker_timeout_s": ("Worker timeout (s)", "采样进程超时（秒）",
         "采样进程单次请求超过此时间即视为"
         "卡死：运行失败并给出该进程的名字。"),
+    "rollout.weight_sync": ("Weight sync", "权重同步方式",
+        "每次更新后新权重如何送到采样进程。file：共享内存中的一个 safetensors 文件（对按地址连接的进程则随请求发送字节）；"
+        "collective：训练器与采样进程组成进程组（GPU 上 NCCL，CPU 上 gloo）分桶广播；auto：训练和采样都在 GPU 上时用 "
+        "collective，CPU 上用 file。训练进程内的引擎直接取权重。"),
+    "rollout.weight_sync_bucket_mb": ("Weight sync bucket (MB)", "权重同步分桶（MB）",
+        "collective 权重同步的分桶大小（MB），每桶一次广播；越大调用越少、占用内存越多。"),
     "rollout.vllm_importance_sampling_correction": ("Importance sampling correction", "重要性采样校正",
         "截断重要性采样：按 训练策略/采样策略 的概率比加权损失，校正引"
         "擎与训练器的差异和异步陈旧度（TRL 的名字，适用于所有引擎）。"),

@@ -364,6 +364,11 @@ def _check_split(spec: RunSpec, issues: list[SpecIssue]) -> None:
         issues.append(SpecIssue("rollout.tensor_parallel_size", "vLLM's CPU build runs TP 1 here; use data_parallel_size"))
     if on_cpu and (res.train_gpus or res.rollout_gpus):
         issues.append(SpecIssue("resources.device", "device cpu cannot use train_gpus/rollout_gpus"))
+    in_process = not (r.worker_urls or r.worker_python) and r.placement == "colocate" and r.engine != "lmdeploy"
+    if r.weight_sync == "collective" and in_process:
+        issues.append(SpecIssue("rollout.weight_sync", "collective sync is for rollout workers (placement 'separate', "
+                                                       "worker_urls, worker_python or lmdeploy); an engine in the trainer "
+                                                       "process takes the weights directly: use auto or file"))
     _check_ranks(spec, issues)
 
 
@@ -634,6 +639,42 @@ def memory_estimate(spec: RunSpec, params: int, machine: Machine) -> list[str]:
     return lines
 
 
+def weight_sync_mode(spec: RunSpec, on_gpu: bool) -> str:
+    """rollout.weight_sync resolved: auto = collective when training and rollout run on GPUs (NCCL), file on CPU,
+    where the shared-memory file measured faster than a gloo broadcast (python -m bench.weight_sync)."""
+    r = spec.rollout
+    if r.weight_sync != "auto":
+        return r.weight_sync
+    return "collective" if on_gpu else "file"
+
+
+def adapter_push(spec: RunSpec) -> bool:
+    """LoRA runs push only the adapter to engines that take one: vLLM (GPU, and its CPU build, which runs LoRA
+    here and is tested). The hf engine (worker or in-process copy) and LoRA with LMDeploy get the adapter
+    merged into the base weights."""
+    return spec.model.finetune == "lora" and spec.rollout.engine == "vllm"
+
+
+def weight_sync_line(spec: RunSpec, on_gpu: bool) -> str:
+    """How new weights reach the engine after each update, in one sentence (the planner shows it)."""
+    r = spec.rollout
+    workers = bool(r.worker_urls or r.worker_python) or r.placement == "separate" or r.engine == "lmdeploy"
+    lora = ""
+    if adapter_push(spec):
+        lora = " LoRA: only the adapter is pushed (vLLM LoRA, a new adapter id per version)."
+    elif spec.model.finetune == "lora":
+        lora = f" LoRA: the adapter is merged into the base weights and those are pushed ({r.engine} takes no adapter)."
+    if not workers:
+        if r.engine == "hf" and not r.async_generation:
+            return "weights: the engine samples with the policy's own weights (nothing to push)"
+        return f"weights: copied into the in-process {r.engine} engine after each update." + lora
+    if weight_sync_mode(spec, on_gpu) == "collective":
+        how = f"{'NCCL' if on_gpu else 'gloo'} broadcast from the trainer in {r.weight_sync_bucket_mb} MB buckets"
+    else:
+        how = "one safetensors file in shared memory" + (" (inline bytes to workers reached by URL)" if r.worker_urls else "")
+    return f"weights to the rollout workers: {how}." + lora
+
+
 def plan(spec: RunSpec, machine: Machine, base_dir: str | Path = ".", params: int | None = None,
          issues: list[SpecIssue] | None = None) -> Plan:
     """The planner's layout for the studio's GPU panel and the CLI: where training and each engine instance
@@ -674,6 +715,7 @@ def plan(spec: RunSpec, machine: Machine, base_dir: str | Path = ".", params: in
                          + (f", DeepSpeed ZeRO-{res.deepspeed_stage}" if res.deepspeed_stage else ""))
         if params:
             lines += memory_estimate(spec, params, machine)
+    lines.append(weight_sync_line(spec, not on_cpu))
     if r.async_generation:
         lines.append(f"async: sampling up to {r.max_staleness} update(s) ahead of training (off-policy by at most "
                      f"{r.max_staleness})")

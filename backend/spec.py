@@ -127,6 +127,14 @@ class RolloutSection(Section):
     worker_timeout_s: float = Field(900.0, ge=10.0, le=86400.0, description="A rollout worker that takes longer than "
                                     "this for one request counts as hung: the run fails naming it.",
                                     json_schema_extra=_adv())
+    weight_sync: Literal["auto", "file", "collective"] = Field(
+        "auto", description="How new weights reach rollout workers after each update. file: one safetensors file in "
+                            "shared memory (inline bytes to a worker reached by URL); collective: a process group of "
+                            "the trainer and the workers (NCCL on GPUs, gloo on CPU) broadcasting buckets; auto: "
+                            "collective when trainer and workers are on GPUs, file on CPU. In-process engines take "
+                            "the weights directly.", json_schema_extra=_adv())
+    weight_sync_bucket_mb: int = Field(256, ge=1, le=16384, description="Collective weight sync: bucket size in MB "
+                                       "(one broadcast each; bigger = fewer calls, more memory).", json_schema_extra=_adv())
     # Names as TRL's GRPOConfig (its clip_max replaced the deprecated _cap); off by default because the default
     # engines compute sampling logprobs with the trainer's own weights and code.
     vllm_importance_sampling_correction: bool = Field(

@@ -93,6 +93,32 @@ def test_rollout_shards_are_whole_groups_and_join_back() -> None:
     assert len(shards[0].advantages) % G == 0
 
 
+def test_lora_merged_from_gathered_copies_equals_peft_merge() -> None:
+    """ZeRO-3 cannot merge LoRA in place (its parameters are partitioned): the gathered peft state is merged on
+    CPU into the base model's names. The result must equal peft's own merge, names and values."""
+    from backend.train.builders import build_policy, engine_weights, lora_scalings, merge_lora_state
+
+    spec = load_spec(TINY, ["model.finetune=lora", "model.lora_rank=4", "model.lora_alpha=12"])
+    policy = build_policy(spec, ROOT, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # lora_B starts at zero, where any merge is the identity
+        for n, p in policy.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    peft_state = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    assert set(lora_scalings(policy).values()) == {3.0}  # alpha / r
+    mine = merge_lora_state(peft_state, lora_scalings(policy))
+    ref = engine_weights(policy, peft_names=False)
+    assert mine.keys() == ref.keys() == load_file(ROOT / "assets/tiny-add/model.safetensors").keys() - {"lm_head.weight"}
+    for k in ref:
+        torch.testing.assert_close(mine[k], ref[k], rtol=1e-5, atol=1e-6)
+    assert any(not torch.equal(mine[k], peft_state[f"base_model.model.{k}".replace(".weight", ".base_layer.weight")])
+               for k in mine if "proj" in k)  # the adapter did move the merged weights
+    with pytest.raises(ValueError, match="lora_magnitude"):
+        merge_lora_state({**peft_state, "base_model.model.x.lora_magnitude_vector.default.weight": torch.zeros(1)},
+                         lora_scalings(policy))
+
+
 def test_deepspeed_config_from_spec_and_user_override(tmp_path: Path) -> None:
     user = tmp_path / "ds.json"
     user.write_text(json.dumps({"zero_optimization": {"reduce_bucket_size": 123}, "train_batch_size": 999}))
@@ -195,6 +221,27 @@ def test_deepspeed_two_ranks_resume_one_rank_checkpoint_and_match(one_rank: RunD
             # atol: a handful of near-zero moments differ by float noise (~3e-7 seen, data-dependent)
             torch.testing.assert_close(mine["state"][i][key], ref["state"][i][key], rtol=1e-3, atol=1e-6)
         assert float(mine["state"][i]["step"]) == float(ref["state"][i]["step"]) == 4
+
+
+@pytest.mark.slow
+def test_lora_under_zero3_pushes_merged_engine_names_to_workers(tmp_path: Path) -> None:
+    """LoRA + ZeRO-3 + a rollout worker: the worker gets the merged base weights under the engine's names
+    (not peft's), so the run samples as the one-process LoRA run with the in-process engine does."""
+    pytest.importorskip("deepspeed")
+    lora = ["model.finetune=lora", "model.lora_rank=4", "algorithm.learning_rate=5e-3", "algorithm.max_steps=3",
+            "output.save_steps=0"]
+    ref_spec = load_spec(TINY, [f"output.runs_dir={tmp_path / 'one'}", *FAST, *lora])
+    ref = create_run(ref_spec, ROOT)
+    assert GRPOTrainer(ref_spec, ref, ROOT).train() == "finished"
+    proc = cli("--config", str(TINY), *sum((["--set", o] for o in [
+        f"output.runs_dir={tmp_path / 'z3'}", *FAST, *lora, *TWO, "resources.deepspeed_stage=3",
+        "rollout.placement=separate"]), []), timeout=600)
+    run = run_dir_of(proc)
+    assert run.read_status()["state"] == "finished"
+    rows, ref_rows = read_jsonl(run.metrics_path)[0], read_jsonl(ref.metrics_path)[0]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    # step 1 samples with the base weights; steps 2-3 with weights the worker received after each update
+    assert [r["reward"] for r in rows] == pytest.approx([r["reward"] for r in ref_rows], abs=1e-5)
 
 
 def _wait(cond, timeout: float = 120.0) -> None:

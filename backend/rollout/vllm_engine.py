@@ -24,15 +24,26 @@ Contract (base.py), mapped onto vLLM:
 Environment on CPU: VLLM_CPU_KVCACHE_SPACE (GiB, 1 is plenty here) and VLLM_ENABLE_V1_MULTIPROCESSING=0
 (in-process engine core, ~3 s start); spawn_worker sets both.
 
-Not in this version (GPU only, untested here): NCCL weight transfer. vLLM 0.32 ships it as a
-`weight_transfer_config` engine with start_weight_update / update_weights / finish_weight_update on its
-workers; until that is wired and tested on a GPU, weights go through reload_weights from host memory.
+Weights arrive either from a file / inline bytes or over the trainer's weight channel (weight_sync.py:
+gloo on CPU, NCCL on GPUs, received in the worker's process, one rank per instance); either way they are
+loaded here through reload_weights. vLLM 0.32's own `weight_transfer_config` path (NCCL straight into
+every TP rank) is not used.
+
+LoRA (cfg.max_lora_rank > 0, chosen by checks.adapter_push): the engine runs with enable_lora and the
+trainer pushes only the adapter. update_adapter writes it in peft's format (adapter_config.json +
+adapter_model.safetensors, in shared memory) and registers it as a LoRARequest with a new int id per
+version (vLLM caches adapters by id); every later request samples with it, the previous one is removed,
+and the prefix cache is reset. The base weights never change under LoRA, so they are never pushed.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -71,6 +82,8 @@ class VLLMEngine:
             kwargs["enforce_eager"] = True  # skips a ~40 s compile at start; small models decode as fast eagerly
         if cfg.max_model_len:
             kwargs["max_model_len"] = cfg.max_model_len
+        if cfg.max_lora_rank:
+            kwargs.update(enable_lora=True, max_loras=1, max_lora_rank=vllm_lora_rank(cfg.max_lora_rank))
         if cfg.device != "cpu":
             kwargs["gpu_memory_utilization"] = cfg.gpu_memory_utilization
             kwargs["enable_sleep_mode"] = cfg.enable_sleep
@@ -80,6 +93,8 @@ class VLLMEngine:
         hf_cfg = self.llm.llm_engine.model_config.hf_config
         self.tied = bool(getattr(hf_cfg, "tie_word_embeddings", False))
         self.sleeping = False
+        self.lora = None  # the LoRARequest of the adapter pushed last (None: the base model)
+        self.lora_dir: Path | None = None
 
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
         from vllm import SamplingParams as VSP
@@ -88,7 +103,7 @@ class VLLMEngine:
         params = [VSP(n=sampling.n, max_tokens=sampling.max_tokens, temperature=sampling.temperature,
                       top_p=sampling.top_p, top_k=sampling.top_k if sampling.top_k else 0,
                       seed=p.seed, logprobs=0) for p in prompts]
-        outs = self.llm.generate([vllm_prompt(p) for p in prompts], params, use_tqdm=False)
+        outs = self.llm.generate([vllm_prompt(p) for p in prompts], params, use_tqdm=False, lora_request=self.lora)
         result: list[list[Completion]] = []
         for out in outs:
             group = []
@@ -114,6 +129,28 @@ class VLLMEngine:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
         self.llm.reset_prefix_cache()
 
+    def update_adapter(self, named_tensors: Iterable[tuple[str, torch.Tensor]], adapter_config: dict,
+                       version: int) -> None:
+        """Sample with this LoRA adapter from now on (peft names and config, as peft's save_pretrained writes)."""
+        if not self.cfg.max_lora_rank:
+            raise RuntimeError("this vLLM engine was started without LoRA (max_lora_rank 0): push merged weights")
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        path = Path(tempfile.mkdtemp(prefix=f"grpo-lora-v{version}-", dir=shm))
+        save_file({n: t.detach().to("cpu").contiguous() for n, t in named_tensors}, str(path / "adapter_model.safetensors"))
+        (path / "adapter_config.json").write_text(json.dumps(adapter_config))
+        old, old_dir = self.lora, self.lora_dir
+        lora_id = (old.lora_int_id + 1) if old is not None else 1  # a new id per version: vLLM caches by id
+        self.lora, self.lora_dir = LoRARequest(f"policy-v{version}", lora_id, str(path)), path
+        self.llm.llm_engine.add_lora(self.lora)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+        if old_dir is not None:
+            shutil.rmtree(old_dir, ignore_errors=True)
+        self.llm.reset_prefix_cache()
+
     def sleep(self) -> None:
         if self.cfg.device != "cpu" and self.cfg.enable_sleep and not self.sleeping:
             self.llm.sleep(level=2)
@@ -125,4 +162,15 @@ class VLLMEngine:
             self.sleeping = False
 
     def close(self) -> None:
+        if self.lora_dir is not None:
+            shutil.rmtree(self.lora_dir, ignore_errors=True)
         self.llm = None  # type: ignore[assignment]
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest max_lora_rank vLLM accepts that holds `rank` (it takes only these values)."""
+    allowed = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+    fit = [a for a in allowed if a >= rank]
+    if not fit:
+        raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank {allowed[-1]}")
+    return fit[0]

@@ -7,13 +7,17 @@ just several workers (see pool.py).
 
 Protocol: `multiprocessing.connection` over TCP with an HMAC auth key. A request is
 `{"op": name, "args": {...}}`, a reply `{"ok": True, "result": ...}` or `{"ok": False, "error": ..., "traceback": ...}`.
-Ops: generate(prompts, sampling) -> list[list[Completion]]; update_weights(path | blob, version);
+Ops: generate(prompts, sampling) -> list[list[Completion]]; update_weights(path | blob, version, adapter);
+init_weight_channel(host, port, world, rank, backend, group_timeout_s); receive_weights(meta, version, adapter)
+(adapter: None for full weights, else a LoRA adapter's peft config, for an engine with update_adapter);
 sleep(level); wake_up(); health() -> dict; close().
 
-Weights on CPU travel as one safetensors file in shared memory (/dev/shm) for a worker on this
-machine, or inline as safetensors bytes for a worker reached by URL. On GPUs the fast path is NCCL
-(a communicator between the trainer rank and the engine's ranks, as TRL's vLLM client does); that is
-not in this version: `update_weights` over NCCL raises NotImplementedError rather than pretend.
+Weights travel one of two ways (rollout.weight_sync):
+- file: one safetensors file in shared memory (/dev/shm) for a worker on this machine, or inline
+  safetensors bytes for a worker reached by URL (update_weights);
+- collective: the worker joins the trainer's weight channel once (init_weight_channel: a process group
+  of its own, NCCL on GPUs, gloo on CPU, see weight_sync.py), then each update is a receive_weights
+  op carrying the metadata while the trainer broadcasts the buckets; the engine loads them as they arrive.
 
 Start one by hand (e.g. on another node), then give its URL to the run (rollout.worker_urls):
 
@@ -74,6 +78,7 @@ class WorkerConfig:
     enable_sleep: bool = False
     max_model_len: int = 0  # 0 = the engine's default
     lmdeploy_backend: str = "pytorch"
+    max_lora_rank: int = 0  # vllm only: > 0 = LoRA enabled, the trainer pushes adapters (update_adapter)
     seed: int = 0
 
     def to_args(self) -> list[str]:
@@ -129,6 +134,7 @@ class _Server:
         self.engine, self.cfg = engine, cfg
         self.version = 0  # policy version of the weights loaded last
         self.closing = False
+        self.channel = None  # the weight channel (weight_sync.WeightChannel) once the trainer sets it up
 
     def handle(self, op: str, args: dict[str, Any]) -> Any:
         if op == "generate":
@@ -142,8 +148,21 @@ class _Server:
                 from safetensors.torch import load
 
                 tensors = load(args["blob"])
-            self.engine.update_weights(tensors.items())
-            self.version = int(args.get("version", self.version + 1))
+            self._load(tensors.items(), args)
+            return self.version
+        if op == "init_weight_channel":
+            from backend.rollout.weight_sync import WeightChannel
+
+            if self.channel is not None:
+                self.channel.close()
+                self.channel = None
+            self.channel = WeightChannel.join(args["host"], int(args["port"]), int(args["world"]), int(args["rank"]),
+                                              args["backend"], float(args["group_timeout_s"]))
+            return {"rank": self.channel.rank, "backend": self.channel.backend}
+        if op == "receive_weights":
+            if self.channel is None:
+                raise RuntimeError("receive_weights before init_weight_channel: this worker has no weight channel")
+            self._load(self.channel.receive(args["meta"]), args)
             return self.version
         if op == "sleep":
             self.engine.sleep()
@@ -152,12 +171,20 @@ class _Server:
             self.engine.wake_up()
             return None
         if op == "health":
-            return {"pid": os.getpid(), "engine": self.cfg.engine, "version": self.version,
+            return {"pid": os.getpid(), "engine": self.cfg.engine, "version": self.version, "device": self.cfg.device,
                     "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
         if op == "close":
             self.closing = True
             return None
         raise ValueError(f"unknown op {op!r}")
+
+    def _load(self, tensors: Iterable[tuple[str, torch.Tensor]], args: dict[str, Any]) -> None:
+        """Full weights, or (args["adapter"]: its peft config) a LoRA adapter for an engine that takes one."""
+        self.version = int(args.get("version", self.version + 1))
+        if args.get("adapter") is not None:
+            self.engine.update_adapter(tensors, args["adapter"], self.version)
+        else:
+            self.engine.update_weights(tensors)
 
     def serve(self, conn: Connection) -> None:
         while not self.closing:
@@ -165,10 +192,12 @@ class _Server:
                 req = conn.recv()
             except (EOFError, OSError):
                 return
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 result = self.handle(req["op"], req.get("args", {}))
-                reply = {"ok": True, "result": result, "seconds": time.perf_counter() - t0}  # the engine's own time
+                # the engine's own wall time, and this process's CPU time for the call (what benchmarks compare)
+                reply = {"ok": True, "result": result, "seconds": time.perf_counter() - t0,
+                         "cpu_seconds": time.process_time() - c0}
             except Exception as err:  # the client raises it with the worker's name and log
                 reply = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
                 print(reply["traceback"], file=sys.stderr, flush=True)
@@ -226,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                 server.serve(conn)
             if parent:  # a supervised worker serves its trainer only
                 break
+    if server.channel is not None:
+        server.channel.close()
     engine.close()
     return 0
 
@@ -257,6 +288,7 @@ class WorkerHandle:
     timeout_s: float = 600.0  # longest a call may take before the worker counts as hung
     conn: Connection | None = None
     last_engine_s: float = 0.0  # the worker's own time for the last call (the rest is protocol and transfer)
+    last_cpu_s: float = 0.0  # the worker process's CPU time for the last call (all its threads)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -298,27 +330,45 @@ class WorkerHandle:
         if not reply["ok"]:
             raise self._fail(f"failed {op}: {reply['error']}\n{reply.get('traceback', '')}")
         self.last_engine_s = reply.get("seconds", 0.0)
+        self.last_cpu_s = reply.get("cpu_seconds", 0.0)
         return reply["result"]
 
     # the engine interface
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
         return self.call("generate", prompts=prompts, sampling=sampling)
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0,
+                       adapter: dict | None = None) -> None:
+        """New weights (or, with `adapter` = its peft config, a LoRA adapter) as a file or inline bytes."""
         tensors = {n: t.detach().to("cpu").contiguous() for n, t in named_tensors}
         if self.proc is not None and _shm_dir():
-            self.update_weights_from_file(write_weights(tensors), version, remove=True)
+            self.update_weights_from_file(write_weights(tensors), version, remove=True, adapter=adapter)
         else:
             from safetensors.torch import save
 
-            self.call("update_weights", blob=save(tensors), version=version)
+            self.call("update_weights", blob=save(tensors), version=version, adapter=adapter)
 
-    def update_weights_from_file(self, path: str, version: int = 0, remove: bool = False) -> None:
+    def update_weights_from_file(self, path: str, version: int = 0, remove: bool = False,
+                                 adapter: dict | None = None) -> None:
         try:
-            self.call("update_weights", path=path, version=version)
+            self.call("update_weights", path=path, version=version, adapter=adapter)
         finally:
             if remove:
                 Path(path).unlink(missing_ok=True)
+
+    def init_weight_channel(self, host: str, port: int, world: int, rank: int, backend: str, timeout_s: float) -> None:
+        """Join the trainer's weight channel as `rank` (returns once every rank has joined)."""
+        self.call("init_weight_channel", host=host, port=port, world=world, rank=rank, backend=backend,
+                  group_timeout_s=timeout_s)
+
+    def receive_weights(self, meta, version: int = 0, adapter: dict | None = None) -> None:
+        """Take one broadcast update described by `meta` (weight_sync.WeightsMeta); the trainer sends meanwhile."""
+        self.call("receive_weights", meta=meta, version=version, adapter=adapter)
+
+    @property
+    def local(self) -> bool:
+        """Started by this trainer on this machine (not reached by URL)."""
+        return self.proc is not None
 
     def sleep(self) -> None:
         self.call("sleep")

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, get_scheduler
 
+from backend import checks
 from backend.models import compute_dtype, load_base, model_ref
 from backend.rollout.base import RolloutEngine
 from backend.rollout.worker import WorkerConfig
@@ -126,7 +127,8 @@ def worker_config(spec: RunSpec, base_dir: Path) -> WorkerConfig:
                         device="cuda" if on_gpu else "cpu", threads=r.worker_threads, trust_remote_code=m.trust_remote_code,
                         tensor_parallel_size=r.tensor_parallel_size, gpu_memory_utilization=r.gpu_memory_utilization,
                         enable_sleep=r.sleep and r.placement == "colocate", lmdeploy_backend=r.lmdeploy_backend,
-                        max_model_len=0, seed=spec.algorithm.seed)
+                        max_model_len=0, seed=spec.algorithm.seed,
+                        max_lora_rank=m.lora_rank if checks.adapter_push(spec) else 0)
 
 
 def rollout_gpu_sets(spec: RunSpec) -> list[list[int]] | None:
@@ -137,6 +139,12 @@ def rollout_gpu_sets(spec: RunSpec) -> list[list[int]] | None:
         return None
     tp = r.tensor_parallel_size
     return [gpus[i * tp:(i + 1) * tp] for i in range(r.data_parallel_size)]
+
+
+def weight_sync_mode(spec: RunSpec) -> str:
+    """rollout.weight_sync for this machine (the rule is checks.weight_sync_mode)."""
+    res = spec.resources
+    return checks.weight_sync_mode(spec, res.device == "cuda" or (res.device == "auto" and torch.cuda.is_available()))
 
 
 def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype | None = None,
@@ -156,13 +164,15 @@ def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype |
             for h in handles:
                 h.close()
             raise
-        return RolloutPool(handles)
+        return RolloutPool(handles, weight_sync=weight_sync_mode(spec), bucket_mb=r.weight_sync_bucket_mb,
+                           channel_timeout_s=r.worker_timeout_s)
     if uses_workers(spec):
         from backend.rollout.pool import start_workers
 
         count = r.data_parallel_size if r.placement == "separate" else 1
         return start_workers(worker_config(spec, base_dir), count, log_dir or Path("."), rollout_gpu_sets(spec),
-                             python=r.worker_python, call_timeout_s=r.worker_timeout_s)
+                             python=r.worker_python, call_timeout_s=r.worker_timeout_s,
+                             weight_sync=weight_sync_mode(spec), bucket_mb=r.weight_sync_bucket_mb)
     if r.engine == "vllm":
         from backend.rollout.vllm_engine import VLLMEngine
 
@@ -173,6 +183,59 @@ def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype |
     if r.async_generation:
         model.requires_grad_(False)
     return HFEngine(model, tokenizer, autocast_dtype=autocast_dtype)
+
+
+def base_name(peft_name: str) -> str:
+    """A peft parameter's name as the base model (and every engine) names it."""
+    return peft_name.removeprefix("base_model.model.").replace(".base_layer", "")
+
+
+def lora_scalings(policy, adapter: str = "default") -> dict[str, float]:
+    """Each LoRA layer's scale (alpha / r, or alpha / sqrt(r) with rsLoRA) by its module name, as peft holds it."""
+    return {name: float(m.scaling[adapter]) for name, m in policy.named_modules()
+            if isinstance(getattr(m, "scaling", None), dict) and adapter in m.scaling}
+
+
+@torch.no_grad()
+def merge_lora_state(state: dict[str, torch.Tensor], scalings: dict[str, float],
+                     adapter: str = "default") -> dict[str, torch.Tensor]:
+    """A peft state (full tensors, peft names) merged into base-model names: W = W_base + scale * B @ A for every
+    LoRA linear layer, in float32, cast back to W's dtype. The math peft's merge_adapter does, done on gathered
+    copies, for where the live modules cannot be merged in place (ZeRO-3 partitions them)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, t in state.items():
+        if "lora_" not in name:
+            out[base_name(name)] = t
+            continue
+        if not (name.endswith(f".lora_A.{adapter}.weight") or name.endswith(f".lora_B.{adapter}.weight")):
+            raise ValueError(f"cannot merge LoRA parameter {name!r} for the rollout engine: only LoRA linear layers "
+                             f"(lora_A / lora_B of adapter {adapter!r}) are merged")
+    for module, scale in scalings.items():
+        a, b = state.get(f"{module}.lora_A.{adapter}.weight"), state.get(f"{module}.lora_B.{adapter}.weight")
+        if a is None or b is None:
+            continue
+        key = base_name(f"{module}.base_layer.weight")
+        w = out[key]
+        out[key] = (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
+    return out
+
+
+def adapter_config(policy, adapter: str = "default") -> dict:
+    """The LoRA adapter's peft config as adapter_config.json holds it (what an engine loading the adapter reads)."""
+    import json
+
+    d = policy.peft_config[adapter].to_dict()
+    return json.loads(json.dumps(d, default=lambda v: sorted(v) if isinstance(v, set) else str(v)))
+
+
+@torch.no_grad()
+def adapter_state(policy, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """A CPU copy of the LoRA adapter alone, under the names peft saves (from `state`, the full peft state
+    gathered under ZeRO-3, or from the live parameters)."""
+    from peft import get_peft_model_state_dict
+
+    got = get_peft_model_state_dict(policy, state_dict=state)
+    return {n: t.detach().to("cpu", copy=True) for n, t in got.items()}
 
 
 @torch.no_grad()
@@ -189,7 +252,7 @@ def engine_weights(policy, peft_names: bool) -> dict[str, torch.Tensor]:
         for n, p in policy.named_parameters():
             if "lora_" in n:
                 continue
-            out[n.removeprefix("base_model.model.").replace(".base_layer", "")] = p.detach().to("cpu", copy=True)
+            out[base_name(n)] = p.detach().to("cpu", copy=True)
         return out
     finally:
         policy.unmerge_adapter()

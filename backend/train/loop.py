@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from backend import checks
 from backend.data import PromptSampler, load_rows, render_prompt
 from backend.eval.greedy import greedy_eval
 from backend.models import compute_dtype, load_tokenizer, load_vision_processor, resolve_device
@@ -42,6 +43,8 @@ from backend.spec import AlgorithmSection, RunSpec
 from backend.train import dist, grpo
 from backend.train.batch import PendingRollout, Prompt, Rollout, ScoredGroup
 from backend.train.builders import (
+    adapter_config,
+    adapter_state,
     build_engine,
     build_optimizer,
     build_policy,
@@ -49,6 +52,8 @@ from backend.train.builders import (
     build_scheduler,
     engine_weights,
     keep_freed_memory,
+    lora_scalings,
+    merge_lora_state,
 )
 from backend.train.checkpoint import load_trainer_state, save_trainer_state
 from backend.train.forward import autocast, completion_logits
@@ -91,6 +96,8 @@ class GRPOTrainer:
             build_engine(spec, engine_model, self.tokenizer, self.autocast_dtype, base_dir, run.path)
         self.ranks.wrap(spec, self.policy, self.optimizer, base_dir)  # DeepSpeed ZeRO (stage >= 1)
         self.engine_version = 0  # optimizer steps behind the weights the engine holds
+        # LoRA with an engine that takes adapters (checks.adapter_push): only the adapter is pushed
+        self.adapter_config = adapter_config(self.policy) if checks.adapter_push(spec) and self.engine is not None else None
         r = spec.rollout  # a colocated GPU engine sleeps while the trainer updates (sync only: async keeps it busy)
         self.engine_sleeps = r.placement == "colocate" and r.sleep and r.engine != "hf" and not r.async_generation
         self.async_counts = {"async/waited": 0, "async/dropped": 0}  # batches held back / resampled by the bound
@@ -413,22 +420,33 @@ class GRPOTrainer:
     def engine_weights(self) -> dict[str, torch.Tensor] | None:
         """A CPU snapshot of the policy as the engine names it (LoRA merged, except for an in-process peft copy);
         None on ranks without an engine. Under ZeRO-3 every rank calls it: parameters are gathered in buckets."""
+        peft_names = isinstance(self.engine, HFEngine)  # an in-process copy of the peft model keeps peft's names
         if self.ranks.params_sharded:
             out: dict[str, torch.Tensor] = {}
             for bucket in self.ranks.gathered(self.policy):
                 if self.engine is not None:
                     out.update({n: t.detach().to("cpu", copy=True) for n, t in bucket})
-            return out if self.engine is not None else None
+            if self.engine is None:
+                return None
+            if self.adapter_config is not None:
+                return adapter_state(self.policy, out)
+            if hasattr(self.policy, "merge_adapter") and not peft_names:  # LoRA: merged on the gathered copies
+                out = merge_lora_state(out, lora_scalings(self.policy))
+            return out
         if self.engine is None:
             return None
-        return engine_weights(self.policy, peft_names=isinstance(self.engine, HFEngine))
+        if self.adapter_config is not None:
+            return adapter_state(self.policy)
+        return engine_weights(self.policy, peft_names=peft_names)
 
     def push_weights(self, weights: dict[str, torch.Tensor] | None, version: int) -> float:
         t0 = time.time()
         if self.engine is None or weights is None:
             pass
         elif isinstance(self.engine, RolloutPool):
-            self.engine.update_weights(weights.items(), version)
+            self.engine.update_weights(weights.items(), version, adapter=self.adapter_config)
+        elif self.adapter_config is not None:
+            self.engine.update_adapter(weights.items(), self.adapter_config, version)
         else:
             self.engine.update_weights(weights.items())
         self.engine_version = version
