@@ -37,6 +37,7 @@ from app.eval_view import (
 from app.fields import Registry
 from app.figures import reward_histogram
 from app.locales import t
+from app.media import thumb_uris
 from app.paths import PathError
 from app.session import SessionMemo
 from backend.eval.compare import FILTERS, CompareError, compare, load_eval
@@ -255,7 +256,8 @@ class EvalTab:
         csv_path.write_text(cmp.to_csv(which or "all"))
         hist = reward_histogram(list(zip(cmp.labels, cmp.rewards, strict=True)), t("ev_hist", lang))
         msg = t("ev_cmp_shown", lang, n=len(rows), total=len(cmp.rows))
-        return [msg, comparison_table(cmp), side_by_side_html(cmp, rows), hist,
+        sbs = side_by_side_html(cmp, rows, image_uris=lambda refs: thumb_uris(refs, self.config.workspace))
+        return [msg, comparison_table(cmp), sbs, hist,
                 gr.update(value=str(csv_path), visible=True)]
 
     # -------------------------------------------------------------------- chat

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,9 +154,11 @@ def comparison_table(cmp: Comparison) -> dict[str, Any]:
             "data": [[r[0], *[_fmt(v) if v is not None else "" for v in r[1:]]] for r in cmp.table]}
 
 
-def side_by_side_html(cmp: Comparison, rows: list[PromptRow], limit: int = 100) -> str:
+def side_by_side_html(cmp: Comparison, rows: list[PromptRow], limit: int = 100,
+                      image_uris: Callable[[list[str]], list[str]] | None = None) -> str:
     """Each prompt with every model's answer in a column: right answers green, wrong red; answers that
-    differ from the baseline's are outlined."""
+    differ from the baseline's are outlined. `image_uris` turns a multimodal prompt's media references
+    (samples.jsonl's images) into image sources shown above it (app.media.thumb_uris keeps them in the workspace)."""
     if not rows:
         return '<div class="gs-muted" id="cmp-empty">no prompts match this filter</div>'
     head = "".join(f"<th>{html.escape(lb)}</th>" for lb in cmp.labels)
@@ -167,7 +170,9 @@ def side_by_side_html(cmp: Comparison, rows: list[PromptRow], limit: int = 100) 
             diff = " gs-diff" if j and ans.strip() != r.answers[0].strip() else ""
             cells.append(f'<td class="{cls}{diff}"><pre>{html.escape(ans)}</pre>'
                          f'<span class="gs-small">{r.correct_rate[j]:.2f} correct · reward {r.reward[j]:.2f}</span></td>')
-        body.append(f'<tr><td><pre>{html.escape(r.prompt)}</pre><span class="gs-small">gold: '
+        thumbs = "".join(f'<img class="gs-thumb" src="{html.escape(u)}" alt="image">'
+                         for u in image_uris(r.images)) if image_uris is not None and r.images else ""
+        body.append(f'<tr><td>{thumbs}<pre>{html.escape(r.prompt)}</pre><span class="gs-small">gold: '
                     f'{html.escape(str(r.solution))}</span></td>{"".join(cells)}</tr>')
     more = f'<div class="gs-muted">{len(rows) - limit} more in the CSV</div>' if len(rows) > limit else ""
     return (f'<table class="gs-sbs" id="cmp-table"><tr><th>prompt</th>{head}</tr>{"".join(body)}</table>{more}')

@@ -74,8 +74,14 @@ def load_base(spec: RunSpec, base_dir: Path, device: torch.device, weights: str 
 def load_vision_processor(spec: RunSpec, base_dir: Path, tokenizer):
     """The processor for multimodal prompts (backend.multimodal): image processor + tokenizer for images and videos,
     the model's own processor for audio."""
+    return load_media_processor(model_ref(spec, base_dir), tokenizer, bool(spec.data.audios_column),
+                                spec.model.trust_remote_code)
+
+
+def load_media_processor(ref: str, tokenizer, audio: bool = False, trust_remote_code: bool = False):
+    """load_vision_processor for a model directory without a RunSpec (evaluation of a bare model or checkpoint)."""
     from backend.multimodal import AudioProcessor, VisionProcessor
 
-    if spec.data.audios_column:
-        return AudioProcessor.from_pretrained(model_ref(spec, base_dir), spec.model.trust_remote_code)
-    return VisionProcessor.from_pretrained(model_ref(spec, base_dir), tokenizer, spec.model.trust_remote_code)
+    if audio:
+        return AudioProcessor.from_pretrained(ref, trust_remote_code)
+    return VisionProcessor.from_pretrained(ref, tokenizer, trust_remote_code)

@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 import torch
+from procs import gone
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backend.project import PROJECT_ROOT, child_env
@@ -22,15 +23,6 @@ from backend.rollout.worker import RolloutWorkerError, WorkerConfig, spawn_worke
 
 TINY = PROJECT_ROOT / "assets/tiny-add"
 CFG = WorkerConfig(engine="hf", model=str(TINY), dtype="float32")
-
-
-def _gone(pid: int, within: float = 10.0) -> bool:
-    t0 = time.time()
-    while time.time() - t0 < within:
-        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +36,7 @@ def pool2(tmp_path_factory):
     yield pool
     pids = [h.proc.pid for h in pool.instances]
     pool.close()
-    assert all(_gone(p) for p in pids)
+    assert all(gone(p) for p in pids)
 
 
 def test_split_groups() -> None:
@@ -93,7 +85,7 @@ def test_hung_then_killed_workers_give_clear_errors_and_leave_nothing(pool2, tok
     h0.timeout_s = 2.0
     with pytest.raises(RolloutWorkerError, match=r"rollout worker rollout-0 \(CPU.*did not answer generate within 2s \(killed\)"):
         h0.generate(prompts, SamplingParams(n=1, max_tokens=2))
-    assert _gone(pids[0])
+    assert gone(pids[0])
     os.kill(pids[1], signal.SIGKILL)
     with pytest.raises(RolloutWorkerError) as err:
         h1.generate(prompts, SamplingParams(n=2, max_tokens=4, seed=0))
@@ -101,7 +93,7 @@ def test_hung_then_killed_workers_give_clear_errors_and_leave_nothing(pool2, tok
     assert "rollout worker rollout-1 (CPU" in msg and f"pid {pids[1]}" in msg
     assert "rollout-worker-1.log" in msg and "GRPO-WORKER-READY" in msg  # the log's last lines
     pool2.close()
-    assert all(_gone(p) for p in pids)
+    assert all(gone(p) for p in pids)
 
 
 def test_worker_that_cannot_start_names_the_cause(tmp_path) -> None:
@@ -122,7 +114,7 @@ def test_worker_dies_with_its_parent(tmp_path) -> None:
         assert psutil.pid_exists(worker_pid)
         parent.kill()
         parent.wait()
-        assert _gone(worker_pid, within=15.0)
+        assert gone(worker_pid, within=15.0)
     finally:
         parent.kill()
 

@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
+from procs import gone
 from test_trainer import ROOT, _final_weights, make_run, metrics, train
 
 from backend.project import PROJECT_ROOT
@@ -33,15 +33,6 @@ def _worker_pids(run) -> list[int]:
     return pids
 
 
-def _gone(pid: int, within: float = 15.0) -> bool:
-    t0 = time.time()
-    while time.time() - t0 < within:
-        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_two_workers_train_like_the_in_process_engine(tmp_path: Path) -> None:
     local, _ = train(tmp_path / "a", "algorithm.max_steps=3")
     pooled, _ = train(tmp_path / "b", "algorithm.max_steps=3", *SEP, "rollout.data_parallel_size=2")
@@ -50,7 +41,7 @@ def test_two_workers_train_like_the_in_process_engine(tmp_path: Path) -> None:
     assert [r["completions/mean_length"] for r in b] == [r["completions/mean_length"] for r in a]
     assert all("timing/rollout_worker/rollout-1_s" in r for r in b)
     pids = _worker_pids(pooled)
-    assert len(pids) == 2 and all(_gone(p) for p in pids)  # the workers exit with the run
+    assert len(pids) == 2 and all(gone(p) for p in pids)  # the workers exit with the run
     wa, wb = _final_weights(local), _final_weights(pooled)
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], rtol=1e-4, atol=1e-5)
@@ -113,7 +104,7 @@ def test_killed_worker_fails_the_run_by_name_and_leaves_nothing(tmp_path: Path) 
         st = json.loads((run.path / "status.json").read_text())
         assert st["state"] == "failed"
         assert "rollout worker rollout-1 (CPU" in st["error"] and f"pid {pids[1]}" in st["error"]
-        assert all(_gone(p) for p in pids)
+        assert all(gone(p) for p in pids)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -3,6 +3,8 @@
     python -m backend.eval --model runs/<id>[:STEP|:base] [--data FILE|NAME|NAME=FILE] [--k 1,4] [--n 8]
     python -m backend.eval --model assets/tiny-add --data assets/data/add_test.jsonl --rewards exact_match
     python -m backend.eval --model runs/<id> --data gsm8k=~/data/gsm8k/test.parquet --k 1,8 --max-tokens 1024
+    python -m backend.eval --model assets/tiny-vl --data assets/data/count_test.jsonl \
+        --prompt-column problem --rewards counting,format
 
 Results go to RUN_DIR/eval/<id>/ (or --out): results.json, samples.jsonl, status.json (progress).
 Named formats: gsm8k, math500, aime, gpqa (see backend/eval/benchmarks.py); a bare name uses the tiny
@@ -59,8 +61,26 @@ def parser() -> argparse.ArgumentParser:
                     help="comma-separated thought-switch markers (default: English and Chinese set)")
     ap.add_argument("--judge", default="", help="local causal LM directory that finds the first correct "
                                                 "position in a think block instead of the rule")
+    ap.add_argument("--prompt-column", default="", help="the data's prompt column (default: the run's "
+                                                         "data.prompt_column, else prompt)")
+    for kind, what in (("images", "image"), ("videos", "video"), ("audios", "audio")):
+        ap.add_argument(f"--{kind}-column", default="", help=f"the data's {what} column (default: the run's "
+                        f"data.{kind}_column, else a column named {kind} or {what} for a model that takes {kind})")
     ap.add_argument("--out", default="", help="output folder (default RUN_DIR/eval/<id>, or ./evals/<id>)")
     return ap
+
+
+def config(a: argparse.Namespace, model: str | None = None, out: str | None = None) -> EvalConfig:
+    """The EvalConfig of parsed arguments (also backend.eval.compare's, per model and output folder)."""
+    cfg = EvalConfig(model=a.model if model is None else model, data=a.data, ks=a.k, n=a.n, temperature=a.temperature,
+                     top_p=a.top_p, top_k=a.top_k, max_tokens=a.max_tokens, limit=a.limit, seed=a.seed, batch=a.batch,
+                     engine=a.engine, device=a.device, rewards=a.rewards, correct=a.correct,
+                     system_prompt=a.system_prompt, judge=a.judge, out=a.out if out is None else out,
+                     prompt_column=a.prompt_column, images_column=a.images_column, videos_column=a.videos_column,
+                     audios_column=a.audios_column)
+    if a.think_markers is not None:
+        cfg.think_markers = a.think_markers
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,12 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < a.top_p <= 1:
         print(f"error: --top-p must be in (0, 1], got {a.top_p}", file=sys.stderr)
         return 2
-    cfg = EvalConfig(model=a.model, data=a.data, ks=a.k, n=a.n, temperature=a.temperature, top_p=a.top_p,
-                     top_k=a.top_k, max_tokens=a.max_tokens, limit=a.limit, seed=a.seed, batch=a.batch,
-                     engine=a.engine, device=a.device, rewards=a.rewards, correct=a.correct,
-                     system_prompt=a.system_prompt, judge=a.judge, out=a.out)
-    if a.think_markers is not None:
-        cfg.think_markers = a.think_markers
+    cfg = config(a)
     try:
         res = run_eval(cfg)
     except (EvalError, ModelRefError, ValueError, FileNotFoundError) as err:

@@ -19,7 +19,7 @@ import csv
 import io
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ class PromptRow:
     right: list[bool]  # per model: at least half its samples correct
     correct_rate: list[float]
     reward: list[float]  # per model: mean reward over its samples
+    images: list[str] = field(default_factory=list)  # the prompt's media references (images, a video's first frame)
 
 
 @dataclass
@@ -123,15 +124,17 @@ def compare(evals: list[EvalResult]) -> Comparison:
         rates = [sum(bool(s["correct"]) for s in g) / len(g) for g in groups]
         rows.append(PromptRow(i, groups[0][0]["prompt"], groups[0][0].get("solution"),
                               [g[0]["completion"] for g in groups], [r >= 0.5 for r in rates], rates,
-                              [sum(s["reward"] for s in g) / len(g) for g in groups]))
+                              [sum(s["reward"] for s in g) / len(g) for g in groups],
+                              list(groups[0][0].get("images") or []) + list(groups[0][0].get("videos") or [])[:1]))
     names = table_metrics(evals)
     table = [[e.label, *[e.results.get("metrics", {}).get(k) for k in names]] for e in evals]
     return Comparison([e.label for e in evals], names, table, rows, [[s["reward"] for s in e.samples] for e in evals])
 
 
 def main(argv: list[str] | None = None) -> int:
+    from backend.eval.cli import config as eval_config
     from backend.eval.cli import parser as eval_parser
-    from backend.eval.run import EvalConfig, EvalError, run_eval
+    from backend.eval.run import EvalError, run_eval
 
     ap = argparse.ArgumentParser(prog="python -m backend.eval.compare", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -159,10 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         out_root = Path(ea.out)
         for j, m in enumerate(models):
-            cfg = EvalConfig(model=m, data=ea.data, ks=ea.k, n=ea.n, temperature=ea.temperature, top_p=ea.top_p,
-                             top_k=ea.top_k, max_tokens=ea.max_tokens, limit=ea.limit, seed=ea.seed, batch=ea.batch,
-                             engine=ea.engine, device=ea.device, rewards=ea.rewards, correct=ea.correct,
-                             system_prompt=ea.system_prompt, out=str(out_root / f"{j}"))
+            cfg = eval_config(ea, model=m, out=str(out_root / f"{j}"))
             try:
                 run_eval(cfg)
             except (EvalError, ValueError, FileNotFoundError) as err:

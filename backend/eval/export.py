@@ -15,7 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from backend.eval.refs import ModelChoice, ModelRefError, load_model, load_tokenizer, resolve_model
+from backend.eval.refs import ModelChoice, ModelRefError, load_model, load_processor, load_tokenizer, resolve_model
+from backend.multimodal import is_audio_config, is_vision_config
 
 
 class ExportError(RuntimeError):
@@ -51,6 +52,8 @@ def export_model(choice: ModelChoice, out: Path, dtype: str = "auto") -> Exporte
     tok = load_tokenizer(choice)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
+    if is_vision_config(model.config) or is_audio_config(model.config):  # the image (audio) processor's config too
+        load_processor(choice, tok, audio=not is_vision_config(model.config)).save_pretrained(out)
     if model.generation_config is not None:
         model.generation_config.save_pretrained(out)
     return Exported(out, folder_size(out), choice.is_adapter)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from backend.models import DTYPES, model_ref
+from backend.models import DTYPES, load_media_processor, model_class, model_ref
 from backend.rundir import RunDir
 from backend.spec import RunSpec, SpecError, load_spec
 
@@ -124,18 +124,34 @@ def load_tokenizer(choice: ModelChoice):
     return tok
 
 
-def load_model(choice: ModelChoice, device: str | torch.device = "cpu", dtype: str = "auto", merge: bool = True):
-    """The causal LM with its adapter applied (merged into the weights when `merge`, the fast path)."""
-    from transformers import AutoModelForCausalLM
+def load_processor(choice: ModelChoice, tokenizer, audio: bool = False):
+    """The model's media processor (backend.models.load_media_processor), from the weights' folder when it has the
+    processor's config (a trainer checkpoint saves it there), else from the adapter's base."""
+    trust = bool(choice.spec and choice.spec.model.trust_remote_code)
+    has = any((choice.weights / n).is_file() for n in ("preprocessor_config.json", "processor_config.json"))
+    return load_media_processor(str(choice.weights if has or not choice.is_adapter else choice.adapter_base),
+                                tokenizer, audio, trust)
 
+
+def model_config(choice: ModelChoice):
+    """The transformers config of the model a choice loads (an adapter's: its base's)."""
+    from transformers import AutoConfig
+
+    trust = bool(choice.spec and choice.spec.model.trust_remote_code)
+    return AutoConfig.from_pretrained(str(choice.adapter_base or choice.weights), trust_remote_code=trust)
+
+
+def load_model(choice: ModelChoice, device: str | torch.device = "cpu", dtype: str = "auto", merge: bool = True):
+    """The causal LM (or vision-/audio-language model, the class the trainer loads: backend.models.model_class) with its
+    adapter applied (merged into the weights when `merge`, the fast path)."""
     trust = bool(choice.spec and choice.spec.model.trust_remote_code)
     if dtype == "auto" and choice.spec is not None:
         dtype = choice.spec.model.dtype
     kw = {"dtype": DTYPES.get(dtype, "auto"), "trust_remote_code": trust}
     if not choice.is_adapter:
-        return AutoModelForCausalLM.from_pretrained(str(choice.weights), **kw).to(device).eval()
+        return model_class(str(choice.weights), trust).from_pretrained(str(choice.weights), **kw).to(device).eval()
     from peft import PeftModel
 
-    base = AutoModelForCausalLM.from_pretrained(str(choice.adapter_base), **kw).to(device)
+    base = model_class(str(choice.adapter_base), trust).from_pretrained(str(choice.adapter_base), **kw).to(device)
     model = PeftModel.from_pretrained(base, str(choice.weights))
     return (model.merge_and_unload() if merge else model).eval()

@@ -6,7 +6,15 @@ Writes into its output folder (RUN_DIR/eval/<eval_id>/ by default, see `default_
   results.json   the settings, metrics (backend/eval/metrics.py), per-function means, thinking metrics
   samples.jsonl  one row per sample: prompt index, sample index, prompt, completion, solution,
                  extracted answer, correct, reward (weighted total), rewards per function, tokens,
-                 truncated, thinking metrics
+                 truncated, thinking metrics; for multimodal rows also images / videos / audios, the media
+                 references as the trainer's samples record them (backend.multimodal.media_ref)
+Multimodal models and runs (images, videos, audio columns) go through the trainer's own code: the model class
+of backend.models.model_class, the processor of backend.models.load_media_processor and
+backend.multimodal.render_mm_prompt, with media paths resolved against the directory the trainer resolves
+them against (the run's launch directory; for --data, base_dir). The media column is the run's
+(data.images_column ...), else --images-column / --videos-column / --audios-column, else, for a
+vision-language (audio-language) model, an `images` or `image` (`audios` or `audio`) column of the data.
+Only the transformers engine takes media here.
 Prompts are sampled in fixed batches with seeds derived from `seed` and the batch index, so two models
 evaluated with the same data, batch size and seed see the same prompts in the same order (what
 compare.py lines up).
@@ -30,8 +38,9 @@ import numpy as np
 from backend.data import load_rows, render_prompt
 from backend.eval.benchmarks import Benchmark, load_benchmark, math_answer, parse_data_ref, plain_answer
 from backend.eval.metrics import PromptResult, summarize
-from backend.eval.refs import ModelChoice, load_model, load_tokenizer, resolve_model
+from backend.eval.refs import ModelChoice, load_model, load_processor, load_tokenizer, model_config, resolve_model
 from backend.eval.thinking import DEFAULT_SWITCHES, ThinkingStats, summarize_thinking, thinking_stats
+from backend.multimodal import MediaError, is_audio_config, is_vision_config, media_ref, render_mm_prompt
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams
 from backend.rundir import CORRECTNESS_REWARDS, atomic_write_text, read_eval_status
@@ -60,6 +69,10 @@ class EvalConfig:
     system_prompt: str = ""
     think_markers: list[str] = field(default_factory=lambda: list(DEFAULT_SWITCHES))
     judge: str = ""  # a local causal LM directory that finds the first correct position instead of the rule
+    prompt_column: str = ""  # '' = the run's data.prompt_column, else 'prompt'
+    images_column: str = ""  # media columns; '' = the run's, else inferred for a multimodal model (module docstring)
+    videos_column: str = ""
+    audios_column: str = ""
     out: str = ""
     base_dir: str = "."
 
@@ -72,6 +85,13 @@ class EvalData:
     rewards: RewardsSection
     bench: Benchmark | None
     extract: Callable[[str], str | None]
+    media_base: Path = Path(".")  # relative media paths resolve against it, as in training
+
+    @property
+    def media_columns(self) -> dict[str, str]:
+        """kind ('images', 'videos', 'audios') -> column, for the media columns in use."""
+        d = self.data
+        return {k: c for k, c in (("images", d.images_column), ("videos", d.videos_column), ("audios", d.audios_column)) if c}
 
 
 class EvalError(ValueError):
@@ -101,18 +121,42 @@ def resolve_data(cfg: EvalConfig, choice: ModelChoice) -> EvalData:
             data, rewards, rbase = DataSection(), RewardsSection(functions=[RewardFunction(name="accuracy")]), base_dir
         if cfg.system_prompt:
             data = data.model_copy(update={"system_prompt": cfg.system_prompt})
+        if cfg.prompt_column:
+            data = data.model_copy(update={"prompt_column": cfg.prompt_column})
         sources = [path] if path else list(spec.data.eval_sources)  # type: ignore[union-attr]
         rows = load_rows(sources, data, 0, base_dir if path else rbase)
         label = Path(sources[0].split("#")[0]).stem if len(sources) == 1 else "eval_sources"
         names = [f.name for f in rewards.functions]
         extract = math_answer if "accuracy" in names else plain_answer
+        data = _media_data(cfg, choice, data, rows)
     if cfg.rewards:
         rewards = RewardsSection(functions=[RewardFunction(name=n) for n in cfg.rewards], plugins=rewards.plugins)
     if cfg.limit:
         rows = rows[: cfg.limit]
     if not rows:
         raise EvalError(f"data {cfg.data or 'eval_sources'}: no rows")
-    return EvalData(label, rows, data, rewards, bench, extract)
+    media_base = base_dir if bench is not None or path else choice.base_dir
+    return EvalData(label, rows, data, rewards, bench, extract, media_base)
+
+
+def _media_data(cfg: EvalConfig, choice: ModelChoice, data: DataSection, rows: list[dict[str, Any]]) -> DataSection:
+    """The data section with its media columns: given ones win over the run's; with none at all, a multimodal model
+    takes the data's `images`/`image` (`audios`/`audio`) column when there is one."""
+    given = {f"{k}_column": getattr(cfg, f"{k}_column") for k in ("images", "videos", "audios")}
+    data = data.model_copy(update={k: v for k, v in given.items() if v})
+    columns = set(rows[0]) if rows else set()
+    for fld, col in given.items():
+        if col and col not in columns:
+            raise EvalError(f"--{fld.replace('_', '-')} {col!r}: no such column in the data (columns: {sorted(columns)})")
+    if data.images_column or data.videos_column or data.audios_column:
+        return data
+    try:
+        mcfg = model_config(choice)
+    except (OSError, ValueError):
+        return data  # not a local transformers model: loading it reports why
+    kind = "images" if is_vision_config(mcfg) else "audios" if is_audio_config(mcfg) else ""
+    found = next((c for c in (kind, kind[:-1]) if kind and c in columns), "")
+    return data.model_copy(update={f"{kind}_column": found}) if found else data
 
 
 def correctness_index(names: list[str], wanted: str) -> int:
@@ -233,6 +277,10 @@ def _run_eval(cfg: EvalConfig, log: Callable[[str], None]) -> dict[str, Any]:
         raise EvalError(f"pass@{max(cfg.ks)} needs --n >= {max(cfg.ks)} samples per prompt (got {n})")
     choice = resolve_model(cfg.model, base_dir)
     ed = resolve_data(cfg, choice)
+    if ed.media_columns and cfg.engine != "hf":
+        cols = ", ".join(f"{k} column {c!r}" for k, c in ed.media_columns.items())
+        raise EvalError(f"--engine {cfg.engine}: multimodal evaluation ({cols}) runs with --engine hf; "
+                        "backend.eval does not pass media to vLLM or LMDeploy")
     out = Path(cfg.out) if cfg.out else default_out_dir(choice, ed.label, base_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = choice.spec
@@ -257,6 +305,8 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
               max_tokens: int, settings: dict[str, Any], progress: Progress, log: Callable[[str], None]) -> dict[str, Any]:
     t_load = time.time()
     tok = load_tokenizer(choice)
+    # the trainer's multimodal path: the model's processor renders each row (backend.models, backend.multimodal)
+    processor = load_processor(choice, tok, audio="audios" in ed.media_columns) if ed.media_columns else None
     engine = open_engine(cfg, choice, tok)
     scorer = RewardScorer(ed.rewards, base_dir=choice.base_dir if choice.spec else Path(cfg.base_dir))
     judge = None
@@ -284,13 +334,17 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
     with scorer, samples_path.open("a") as sf:
         for b, i0 in enumerate(range(0, len(ed.rows), cfg.batch)):
             rows = ed.rows[i0:i0 + cfg.batch]
-            texts = [render_prompt(r, ed.data, tok) for r in rows]
-            ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+            if processor is not None:
+                mms = [_render_mm(r, ed, processor, i0 + k) for k, r in enumerate(rows)]
+                texts, inputs = [m.text for m in mms], [PromptInput(m.ids, m.media) for m in mms]
+            else:
+                texts = [render_prompt(r, ed.data, tok) for r in rows]
+                inputs = [PromptInput(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
             sp = SamplingParams(n=n, max_tokens=max_tokens, temperature=1.0 if greedy else temperature,
                                 top_p=1.0 if greedy else cfg.top_p, top_k=1 if greedy else cfg.top_k,
                                 seed=cfg.seed * 1_000_003 + b)
             t0 = time.time()
-            groups = engine.generate([PromptInput(x) for x in ids], sp)
+            groups = engine.generate(inputs, sp)
             gen_s += time.time() - t0
             flat = [c for g in groups for c in g]
             rep_rows = [r for r in rows for _ in range(n)]
@@ -320,6 +374,8 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
                            "rewards": {nm: _num(sub[j, k]) for k, nm in enumerate(scorer.names)},
                            "tokens": len(c.token_ids), "truncated": c.finish_reason == "length",
                            "thinking": stats[j].to_dict() if stats[j] is not None else None}
+                    for kind, col in ed.media_columns.items():  # as the trainer's samples (the studio shows them)
+                        rec[kind] = media_ref(row.get(col))
                     sf.write(json.dumps(rec, ensure_ascii=False) + "\n")
             sf.flush()
             done += len(rows)
@@ -344,6 +400,15 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
         + f"  ({results['timing']['samples_per_s'] or 0:.1f} samples/s)")
     log(f"results: {out / 'results.json'}")
     return results
+
+
+def _render_mm(row: dict[str, Any], ed: EvalData, processor: Any, index: int) -> Any:
+    """backend.multimodal.render_mm_prompt, its MediaError naming the row and the media column(s)."""
+    try:
+        return render_mm_prompt(row, ed.data, processor, ed.media_base)
+    except MediaError as err:
+        cols = ", ".join(f"{c!r}" for c in ed.media_columns.values())
+        raise EvalError(f"row {index} (column {cols}): {err}") from None
 
 
 def _num(x: Any) -> float | None:
