@@ -11,8 +11,11 @@ Random models are made in a temp dir at run time (nothing is downloaded); "never
 past the model's vocabulary, so every completion is max length in both trainers.
 
 Both trainers are timed by wall clock between step ends (logging included), after WARMUP steps; the ratio per CPU
-second (this process's CPU time over the same steps) is printed beside it, as it holds on a busy shared machine
-where wall clock swings with the neighbours' load (single-threaded: pin OMP_NUM_THREADS=1). Printed per
+second (CPU time over the same steps, of this process and its children such as rollout workers) is printed beside
+it, as it holds on a busy shared machine where wall clock swings with the neighbours' load (single-threaded: pin
+OMP_NUM_THREADS=1). With --async two more columns: rollout.async_generation with the engine in this process (a
+sampling thread over a copy of the weights) and with the hf engine in its own worker process (placement
+separate: sampling and training overlap on two cores; its per-CPU-second ratio counts both processes). Printed per
 shape: seconds per step, completion tokens per second, the ratio ours/TRL, the share of our step in each phase
 (from our metrics: rollout, reward, training forward+backward, optimizer, the rest), and the decode loop's time
 per token against the model's bare forward time for one token at that batch size (1.00 = no loop overhead).
@@ -28,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import torch
 
 from backend.spec import RunSpec
@@ -63,9 +67,21 @@ def shape_spec(shape: Shape, model_dir: Path | None, overrides: list[str]) -> Ru
     return tiny_spec([*sets, *overrides])
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its live child processes (rollout workers), so far."""
+    total = time.process_time()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            t = child.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:  # exited in between
+            pass
+    return total
+
+
 def ours(spec: RunSpec) -> dict[str, float]:
     ends: list[tuple[float, float]] = []
-    rows = run_ours(spec, on_step=lambda trainer, row: ends.append((time.time(), time.process_time())))
+    rows = run_ours(spec, on_step=lambda trainer, row: ends.append((time.time(), cpu_seconds())))
     timed = rows[WARMUP:]
     secs = ends[-1][0] - ends[WARMUP - 1][0]
     cpu = ends[-1][1] - ends[WARMUP - 1][1]
@@ -159,6 +175,9 @@ def main() -> None:
                 a_spec = spec.model_copy(deep=True)
                 a_spec.rollout.async_generation = True
                 runners["ours-async"] = lambda s=a_spec: ours(s)
+                w_spec = a_spec.model_copy(deep=True)
+                w_spec.rollout.placement = "separate"  # the hf engine in its own worker process
+                runners["ours-worker"] = lambda s=w_spec: ours(s)
             results: dict[str, list[dict[str, float]]] = {n: [] for n in runners}
             for i in range(args.repeats):
                 for n, fn in runners.items():
@@ -172,8 +191,10 @@ def main() -> None:
             line = (f"{name:7s} ours {med['ours']['s_per_step']:.3f} s/step {med['ours']['tok_per_s']:7.0f} tok/s | "
                     f"TRL {med['trl']['s_per_step']:.3f} s/step {med['trl']['tok_per_s']:7.0f} tok/s | "
                     f"ratio {ratio:.2f}x (per CPU second: {med['ours']['tok_per_cpu_s'] / med['trl']['tok_per_cpu_s']:.2f}x)")
-            if "ours-async" in med:
-                line += f" | async {med['ours-async']['tok_per_s'] / med['trl']['tok_per_s']:.2f}x"
+            for mode, label in (("ours-async", "async"), ("ours-worker", "async worker process")):
+                if mode in med:
+                    line += (f" | {label} {med[mode]['tok_per_s'] / med['trl']['tok_per_s']:.2f}x (per CPU second "
+                             f"{med[mode]['tok_per_cpu_s'] / med['trl']['tok_per_cpu_s']:.2f}x)")
             detail = (f"        our step: {shares}  other {100 * med['ours']['other']:.0f}% | decode "
                       f"{dec['decode_ms']:.2f} ms/token vs bare forward {dec['forward_ms']:.2f} ms "
                       f"({dec['forward_ms'] / dec['decode_ms']:.2f} of the limit)")

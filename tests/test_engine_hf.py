@@ -117,3 +117,23 @@ def test_lean_decode_covers_only_plain_llama_family() -> None:
         cfg.use_sliding_window = True
         assert not supports(AutoModelForCausalLM.from_config(cfg))
     assert not supports(torch.nn.Linear(2, 2))
+
+
+def test_lean_decode_matches_with_grouped_query_attention(engine: HFEngine) -> None:
+    """A random Qwen2 with 2 key/value heads for 4 query heads: lean prefill + decode = the model's forward."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(3)
+    cfg = Qwen2Config(vocab_size=101, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, max_position_embeddings=64, eos_token_id=1, pad_token_id=0)
+    gqa = HFEngine(Qwen2ForCausalLM(cfg), engine.tok)
+    ps = prompts(gqa, ["23+45=", "7+18=", "99+99="])
+    sp = SamplingParams(n=3, max_tokens=8, temperature=1.0, seed=5)
+    gqa.lean_decode = False
+    ref = gqa.generate(ps, sp)
+    gqa.lean_decode = True
+    lean = gqa.generate(ps, sp)
+    assert [[c.token_ids for c in g] for g in lean] == [[c.token_ids for c in g] for g in ref]
+    for g_lean, g_ref in zip(lean, ref):
+        for a, b in zip(g_lean, g_ref):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -242,3 +244,61 @@ def test_entropy_control_gates_and_steps_the_coefficient() -> None:
     static = grpo.EntropyControl(0.05)
     static.update(100.0, 1.0)
     assert (static.apply(), static.enabled) == (0.05, True)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("max_norm", [0.0, 0.5, 1e9])
+def test_clipped_step_matches_torch(max_norm: float, fused: bool) -> None:
+    """dist.clipped_step: clip_grad_norm_'s norm and clip_grad_norm_ + step's parameters, clipped (through the fused
+    kernel's grad_scale, or a pass over the gradients), within the bound, or off; a parameter without a gradient."""
+    from backend.train.dist import clipped_step
+
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(5, 3)) for _ in range(3)] + [torch.nn.Parameter(torch.randn(4))]
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    opt_ours = torch.optim.AdamW(ours, lr=0.1, fused=fused)
+    opt_ref = torch.optim.AdamW(ref, lr=0.1, fused=fused)
+    for _ in range(3):
+        for a, b in zip(ours, ref):
+            a.grad = torch.randn_like(a)
+            b.grad = a.grad.clone()
+        ours[-1].grad = ref[-1].grad = None
+        norm = clipped_step(ours, opt_ours, max_norm)
+        expected = torch.nn.utils.clip_grad_norm_(ref, max_norm if max_norm > 0 else float("inf"))
+        opt_ref.step()
+        assert norm == pytest.approx(float(expected), rel=1e-6) and norm > 0.5  # 0.5 does clip
+        assert not hasattr(opt_ours, "grad_scale")
+        for a, b in zip(ours, ref):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_keep_freed_memory_cuts_page_faults() -> None:
+    """builders.keep_freed_memory: training steps of the tiny model (forward, backward, fused AdamW, gradients set
+    to None) page-fault far less than without it, each measured in a fresh interpreter (malloc is process-wide)."""
+    import subprocess
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("glibc malloc")
+    script = (
+        "import resource, sys, torch\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "from backend.train.builders import keep_freed_memory\n"
+        "torch.set_num_threads(1)\n"
+        "if sys.argv[1] == '1':\n    assert keep_freed_memory()\n"
+        "model = AutoModelForCausalLM.from_pretrained('assets/tiny-add', dtype=torch.float32)\n"
+        "opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)\n"
+        "ids = torch.randint(2, 100, (16, 12))\n"
+        "def step():\n"
+        "    model(input_ids=ids).logits.sum().backward()\n"
+        "    opt.step()\n"
+        "    opt.zero_grad(set_to_none=True)\n"
+        "for _ in range(3):\n    step()\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+        "for _ in range(5):\n    step()\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n")
+    root = Path(__file__).resolve().parent.parent
+    faults = {on: int(subprocess.run([sys.executable, "-c", script, on], capture_output=True, text=True, check=True,
+                                     cwd=root, env={**os.environ, "PYTHONPATH": str(root)}).stdout.split()[-1])
+              for on in ("0", "1")}
+    assert faults["1"] * 2 < faults["0"], faults  # measured: ~0-450 with, 1200-4500 without over 5 steps

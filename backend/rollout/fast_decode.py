@@ -1,19 +1,22 @@
-"""A lean decode step for Llama-family decoders (Qwen2, Llama): one new token per row, preallocated KV cache.
+"""Lean passes for Llama-family decoders (Qwen2, Llama): a prefill / training pass and a decode step.
 
 transformers' forward costs several milliseconds of Python per call (mask building, cache objects, output
-wrappers, hooks), which on small models is more than the arithmetic; decoding pays it once per token. The hf
-engine therefore prefills with the model's own forward and runs the decode steps through `KVDecoder`, which
-calls the model's own modules (embedding, norms, projections, rotary embedding, MLP, head) in the same order as
-its forward, with the cache as preallocated tensors and the padding mask as one boolean table. The numbers are
-the model's (tests/test_engine_hf.py compares both paths and a plain forward pass). Anything it does not cover
-(other architectures, sliding windows, wrapped models such as PEFT, autocast) decodes with the model's forward.
+wrappers, hooks), which on small models is more than the arithmetic; decoding pays it once per token, training
+once per micro-batch. `lean_layers` runs the model's own weight tensors (no copies) through the same operations
+in the same order as its forward (fused RMSNorm, rotary embedding from the model's own module, scaled dot-product
+attention with one boolean mask, MLP, head); it is differentiable, so the trainer's forward uses it too
+(backend.train.forward). The hf engine prefills with it and decodes with `KVDecoder`: the cache as preallocated
+tensors, the padding mask as one boolean table. The numbers are the model's (tests/test_engine_hf.py and
+tests/test_forward.py compare against its forward). Anything it does not cover (other architectures, sliding
+windows, wrapped or hooked models such as PEFT, ZeRO-3 or offloading, autocast) runs through the model's forward.
 """
-
 from __future__ import annotations
+
+import weakref
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
+from torch.utils.hooks import RemovableHandle
 
 ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM")
 
@@ -29,50 +32,161 @@ def supports(model: torch.nn.Module) -> bool:
     return all(t == "full_attention" for t in (getattr(cfg, "layer_types", None) or []))
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rotary tables for `rope`: cos as is, sin with its first half negated."""
+    half = sin.shape[-1] // 2
+    return cos, torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """transformers' apply_rotary_pos_emb, x * cos + rotate_half(x) * sin, bit for bit: rotate_half(x) is
+    cat(-x2, x1) and (-a) * b == a * (-b) in floating point, so the sign moves into the table and the halves
+    swap with one roll (fewer ops per call, forward and backward)."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
+
+
+_PLAIN: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, bool]] = weakref.WeakKeyDictionary()
+
+
+def plain_modules(model: torch.nn.Module) -> bool:
+    """No module carries a hook that its forward would run and a lean pass would skip (DeepSpeed ZeRO-3's
+    parameter gathers, accelerate's offload, gradient checkpointing, user hooks) and no parameter is a ZeRO-3
+    partition. The module walk is cached per model until the next hook is registered anywhere (torch counts
+    every registration), so it costs nothing per call; a hook removed later keeps the (safe) fallback."""
+    registered = RemovableHandle.next_id
+    hit = _PLAIN.get(model)
+    if hit is not None and hit[0] == registered:
+        return hit[1]
+    plain = not any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook")
+                    or getattr(m, "gradient_checkpointing", False) for m in model.modules())
+    plain = plain and not any(hasattr(p, "ds_id") for p in model.parameters())
+    _PLAIN[model] = (registered, plain)
+    return plain
+
+
+def _linear(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """An nn.Linear's output without the module call (its hooks are excluded by plain_modules)."""
+    return F.linear(x, module.weight, module.bias)
+
+
+def _mlp(mlp: torch.nn.Module, h: torch.Tensor, silu: bool) -> torch.Tensor:
+    """Qwen2MLP / LlamaMLP: down(act(gate(h)) * up(h))."""
+    gate = _linear(mlp.gate_proj, h)
+    return _linear(mlp.down_proj, (F.silu(gate) if silu else mlp.act_fn(gate)) * _linear(mlp.up_proj, h))
+
+
+def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    """Qwen2RMSNorm / LlamaRMSNorm: normalised in float32, scaled in the input dtype (fused when float32)."""
+    eps = norm.variance_epsilon
+    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return norm.weight * h.to(x.dtype)
+
+
+def attend_mask(keys: torch.Tensor, causal_from: int, queries: int) -> torch.Tensor:
+    """(B, 1, Q, K) boolean: query i (at key index causal_from + i) sees valid keys at or before it. A query that
+    would see nothing (a left-padding position) sees itself, so no row is all-masked (NaN); such rows are padding
+    and never scored."""
+    K = keys.shape[1]
+    q_at = torch.arange(causal_from, causal_from + queries, device=keys.device)
+    k_at = torch.arange(K, device=keys.device)
+    allowed = (k_at[None, :] <= q_at[:, None])[None] & keys[:, None, :].bool()
+    empty = ~allowed.any(-1, keepdim=True)
+    allowed = allowed | (empty & (k_at[None, :] == q_at[:, None])[None])
+    return allowed[:, None]
+
+
+def lean_layers(model, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
+                 past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+                 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Hidden states (B, L, H) before the final norm, and each layer's (keys, values) including `past`.
+    The same operations in the same order as Qwen2Model / LlamaModel's forward with sdpa attention."""
+    inner = model.model
+    silu = getattr(model.config, "hidden_act", "") == "silu"
+    x = F.embedding(ids, inner.embed_tokens.weight)
+    cos, sin = rope_tables(*inner.rotary_emb(x, pos))
+    cos, sin = cos[:, None], sin[:, None]
+    B, L = ids.shape
+    kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for i, layer in enumerate(inner.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        hd = attn.head_dim
+        h = rms_norm(x, layer.input_layernorm)
+        q = _linear(attn.q_proj, h).view(B, L, -1, hd).transpose(1, 2)
+        k = _linear(attn.k_proj, h).view(B, L, -1, hd).transpose(1, 2)
+        v = _linear(attn.v_proj, h).view(B, L, -1, hd).transpose(1, 2)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        if past is not None:
+            k, v = torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2)
+        kv.append((k, v))
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
+                                           enable_gqa=q.shape[1] != k.shape[1])
+        x = x + _linear(attn.o_proj, o.transpose(1, 2).reshape(B, L, -1))
+        x = x + _mlp(mlp, rms_norm(x, layer.post_attention_layernorm), silu)
+    return x, kv
+
+
+def lean_head(model, x: torch.Tensor) -> torch.Tensor:
+    """Final norm and LM head: logits for the hidden states x."""
+    return F.linear(rms_norm(x, model.model.norm), model.lm_head.weight, model.lm_head.bias)
 
 
 class KVDecoder:
-    """Decode state after a prefill: per-layer key/value buffers with room for `max_new` more positions."""
+    """Decode state after a prefill: per-layer key/value buffers with room for `max_new` more positions.
 
-    def __init__(self, model: torch.nn.Module, cache: DynamicCache, mask: torch.Tensor, max_new: int):
+    kv: each layer's prompt keys and values (P, kv_heads, W, head_dim) from `lean_layers`; mask (B, W) the rows'
+    padding mask, B = P * n: each prompt's row repeated n times (a group shares its prompt), straight into the
+    buffers without an intermediate copy. first (B, 1): the position of each row's first fed token; the rotary
+    tables for all steps are computed here once (the same numbers per position as one step at a time)."""
+
+    def __init__(self, model: torch.nn.Module, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor,
+                 max_new: int, first: torch.Tensor):
         self.model = model
-        batch, width = mask.shape
+        rows, width = mask.shape
+        prompts = kv[0][0].shape[0]
+        n = rows // prompts
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
-        for layer in cache.layers:
-            for src, dst in ((layer.keys, self.keys), (layer.values, self.values)):
-                buf = src.new_empty((batch, src.shape[1], width + max_new, src.shape[3]))
-                buf[:, :, :width] = src
+        for k, v in kv:
+            for src, dst in ((k, self.keys), (v, self.values)):
+                heads, dim = src.shape[1], src.shape[3]
+                buf = src.new_empty((rows, heads, width + max_new, dim))
+                buf.view(prompts, n, heads, width + max_new, dim)[:, :, :, :width] = src[:, None]
                 dst.append(buf)
         # attend[b, j]: may row b attend to position j (left padding is not; every generated position is)
-        self.attend = torch.ones((batch, width + max_new), dtype=torch.bool, device=mask.device)
+        self.attend = torch.ones((rows, width + max_new), dtype=torch.bool, device=mask.device)
         self.attend[:, :width] = mask.bool()
         self.length = width
+        self.fed = 0
+        self.silu = getattr(model.config, "hidden_act", "") == "silu"
+        pos = first + torch.arange(max_new, device=first.device)
+        cos, sin = rope_tables(*model.model.rotary_emb(kv[0][0], pos))  # (B, max_new, head_dim), the keys' dtype
+        self.cos, self.sin = cos[:, None], sin[:, None]
 
-    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """tokens (B,), positions (B, 1) -> next-token logits (B, V); appends the tokens' keys and values."""
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (B,) at positions first + (tokens fed so far) -> next-token logits (B, V); appends the tokens'
+        keys and values."""
         inner = self.model.model
         at, end = self.length, self.length + 1
-        x = inner.embed_tokens(tokens[:, None])
-        cos, sin = inner.rotary_emb(x, positions)
-        cos, sin = cos[:, None], sin[:, None]
+        x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
+        cos, sin = self.cos[:, :, self.fed:self.fed + 1], self.sin[:, :, self.fed:self.fed + 1]
         mask = self.attend[:, None, None, :end]
         batch = x.shape[0]
         for i, layer in enumerate(inner.layers):
             attn = layer.self_attn
-            h = layer.input_layernorm(x)
-            q = attn.q_proj(h).view(batch, 1, -1, attn.head_dim).transpose(1, 2)
-            k = attn.k_proj(h).view(batch, 1, -1, attn.head_dim).transpose(1, 2)
-            self.values[i][:, :, at] = attn.v_proj(h).view(batch, -1, attn.head_dim)
-            q = q * cos + _rotate_half(q) * sin
-            self.keys[i][:, :, at] = (k * cos + _rotate_half(k) * sin)[:, :, 0]
+            hd = attn.head_dim
+            h = rms_norm(x, layer.input_layernorm)
+            q = _linear(attn.q_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
+            k = _linear(attn.k_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
+            self.values[i][:, :, at] = _linear(attn.v_proj, h).view(batch, -1, hd)
+            q = rope(q, cos, sin)
+            self.keys[i][:, :, at] = rope(k, cos, sin)[:, :, 0]
             keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling,
                                                enable_gqa=q.shape[1] != keys.shape[1])
-            x = x + attn.o_proj(o.transpose(1, 2).reshape(batch, 1, -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        self.length = end
-        return self.model.lm_head(inner.norm(x))[:, -1]
+            x = x + _linear(attn.o_proj, o.transpose(1, 2).reshape(batch, 1, -1))
+            x = x + _mlp(layer.mlp, rms_norm(x, layer.post_attention_layernorm), self.silu)
+        self.length, self.fed = end, self.fed + 1
+        return lean_head(self.model, x)[:, -1]

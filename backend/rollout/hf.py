@@ -4,7 +4,7 @@ Each prompt is prefilled once and its cache repeated n times (a group shares its
 then all sequences decode together until every one has produced EOS or hit max_tokens.
 The loop is hand-written rather than `model.generate` because it also returns the sampling
 policy's per-token logprobs at no extra cost and has less per-token overhead on tiny models.
-For Llama-family models the decode steps skip transformers' per-call machinery (fast_decode.KVDecoder);
+For Llama-family models the prefill and the decode steps skip transformers' per-call machinery (fast_decode);
 torch.compile of the decode step was measured and left out: on this CPU it cost 140 s of compilation
 (2 busy cores) to save about 15% of a preset rollout, which no short run pays back.
 """
@@ -18,7 +18,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from backend.multimodal import forward_media, media_positions, placeholder_ids, stack_media
 from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
-from backend.rollout.fast_decode import KVDecoder, supports
+from backend.rollout.fast_decode import KVDecoder, attend_mask, lean_head, lean_layers, plain_modules, supports
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -45,7 +45,7 @@ def sample_next(logits: torch.Tensor, sp: SamplingParams, gen: torch.Generator |
     image placeholders), a filter like top-k, so the reported logprob stays unfiltered. `gen` a list: one
     generator per group of sp.n consecutive rows (per-group seeds, see base.group_seeds).
     """
-    logp_all = (logits / sp.temperature).log_softmax(-1)
+    logp_all = (logits if sp.temperature == 1.0 else logits / sp.temperature).log_softmax(-1)  # x / 1 == x
     pick = logp_all if never is None else logp_all.index_fill(-1, never, float("-inf"))
     if sp.top_k == 1:
         nxt = pick.argmax(-1)
@@ -89,7 +89,7 @@ class HFEngine:
         self.autocast_dtype = autocast_dtype
         self.tok = tokenizer
         self.max_batch = max_batch  # sequences decoded together; 0 = all at once
-        self.lean_decode = True  # decode steps through fast_decode.KVDecoder where it covers the model
+        self.lean_decode = True  # prefill and decode through fast_decode where it covers the model
         self.eos_ids = set(_eos_ids(model, tokenizer))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
         # a sampled image placeholder would be read as an image slot by the training forward: never sample one
@@ -131,18 +131,26 @@ class HFEngine:
         else:  # images, videos: M-RoPE positions; text after the prompt is offset by each row's delta (audio: 0)
             prefill_pos, delta = media_positions(model, ids, mask, media)
             extra = forward_media(media, device)
+        lean, kv = None, None
         cache = DynamicCache()
-        out = model(input_ids=ids, attention_mask=mask, position_ids=prefill_pos, past_key_values=cache,
-                    use_cache=True, logits_to_keep=1, **extra)  # only the last position samples: no B x Lp x V logits
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :].float()
+        if self.lean_decode and self.autocast_dtype is None and not extra and supports(model) and plain_modules(model):
+            hidden, kv = lean_layers(model, ids, prefill_pos, attend_mask(mask, 0, ids.shape[1]))
+            logits = lean_head(model, hidden[:, -1]).float()
+        else:
+            out = model(input_ids=ids, attention_mask=mask, position_ids=prefill_pos, past_key_values=cache,
+                        use_cache=True, logits_to_keep=1, **extra)  # only the last position samples: no B x Lp x V
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float()
         if sp.n > 1:
-            cache.batch_repeat_interleave(sp.n)
+            if kv is None:
+                cache.batch_repeat_interleave(sp.n)
             logits = logits.repeat_interleave(sp.n, dim=0)
             mask = mask.repeat_interleave(sp.n, dim=0)
             delta = delta.repeat_interleave(sp.n, dim=0)
         batch = mask.shape[0]
         pos = mask.sum(-1, keepdim=True) - 1 + delta.to(device)  # last prompt position per row
+        if kv is not None and sp.max_tokens > 1:  # the prompt rows repeated n times into the decode buffers
+            lean = KVDecoder(model, kv, mask, sp.max_tokens, pos + 1)
 
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -152,9 +160,6 @@ class HFEngine:
         # "all done?" reads the device: every step on CPU (free), every few steps on GPU (a sync stalls its queue;
         # the extra steps only append padding to finished rows)
         check_every = 1 if device.type == "cpu" else 8
-        lean = None
-        if self.lean_decode and self.autocast_dtype is None and supports(model) and sp.max_tokens > 1:
-            lean = KVDecoder(model, cache, mask, sp.max_tokens)
         pad = torch.full((batch,), self.pad_id, dtype=torch.long, device=device)
         tokens, logps = [], []
         for step in range(sp.max_tokens):
@@ -167,7 +172,7 @@ class HFEngine:
                 break
             pos = pos + 1
             if lean is not None:
-                logits = lean.step(nxt, pos).float()
+                logits = lean.step(nxt).float()
                 continue
             out = model(input_ids=nxt[:, None], attention_mask=full_mask[:, :width + step + 1], position_ids=pos,
                         past_key_values=cache, use_cache=True)

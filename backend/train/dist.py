@@ -141,6 +141,33 @@ class QuietRunDir(RunDir):
         pass
 
 
+def clipped_step(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, max_norm: float) -> float:
+    """torch.nn.utils.clip_grad_norm_ then optimizer.step() (max_norm <= 0: no clipping); returns the gradient norm
+    before clipping. The same update without clip_grad_norm_'s extra pass over every gradient: none when the norm
+    is within the bound (its factor would be 1.0), and with a fused Adam/AdamW the factor rides on the kernel's
+    grad_scale input (the AMP unscale path: each gradient is divided by it as the kernel reads it)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        optimizer.step()
+        return 0.0
+    total = torch.nn.utils.get_total_norm(grads, foreach=True)
+    norm = float(total)
+    # clip_grad_norm_'s factor is min(1, max_norm / (norm + 1e-6)); non-finite norms go through it unchanged
+    clip = max_norm > 0 and (norm + 1e-6 > max_norm or not math.isfinite(norm))
+    fused = isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)) and optimizer.defaults.get("fused")
+    if clip and fused and math.isfinite(norm) and getattr(optimizer, "grad_scale", None) is None:
+        optimizer.grad_scale = (total + 1e-6) / max_norm
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.grad_scale
+        return norm
+    if clip:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+    optimizer.step()
+    return norm
+
+
 @dataclass
 class Ranks:
     """This process's place among the training ranks, and the few operations that depend on it."""
@@ -292,10 +319,9 @@ class Ranks:
         params = [p for p in policy.parameters() if p.requires_grad]
         if self.world > 1:
             self._all_reduce_grads(params)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else math.inf)
-        optimizer.step()
+        grad_norm = clipped_step(params, optimizer, max_grad_norm)
         optimizer.zero_grad(set_to_none=True)
-        return float(grad_norm)
+        return grad_norm
 
     def _all_reduce_grads(self, params: list[torch.nn.Parameter], bucket_bytes: int = 32 << 20) -> None:
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors

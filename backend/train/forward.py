@@ -5,6 +5,16 @@ once per group and its key/value cache is repeated G times for the completions, 
 cost 1/G of a plain forward (gradients still flow into the prompt's activations through the
 repeated cache). Without it, each sequence runs whole. Either way logits are only computed for
 positions that predict completion tokens (the LM head over a 150k vocabulary is not cheap).
+
+For plain Qwen2 / Llama models (`lean_supported`) the forward runs as a lean differentiable pass over the
+model's own weight tensors (no copies: the optimizer, checkpoints and weight sync see the same parameters):
+fused RMSNorm, F.scaled_dot_product_attention with one boolean mask, no cache objects or output wrappers, over
+packed sequences (`packed_completion_logits`: a prompt once, then its group's completions without padding, in
+one pass; the shared-prompt saving without the split's second pass).
+transformers' forward costs several milliseconds of Python per call (mask building, hooks, wrappers), which on
+small models is most of the training step. Everything else (PEFT / LoRA, images, sliding windows, attention
+dropout in training, gradient checkpointing, autocast, module hooks such as DeepSpeed ZeRO-3's or accelerate's
+offload) runs through the model's forward. tests/test_forward.py checks logits and gradients against it.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from backend.multimodal import forward_media, media_positions, stack_media
+from backend.rollout.fast_decode import lean_head, lean_layers, plain_modules, supports
 from backend.rollout.hf import positions
 
 
@@ -46,6 +57,10 @@ def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: t
     (backend.multimodal; None for a text row): the vision tower runs once per prompt on the shared path.
     """
     Lc, Lp = c_ids.shape[1], p_ids.shape[1]
+    # plain Qwen2 / Llama: one lean packed pass (an empty prompt, images or a wrapped model: the forward below)
+    if not media and lean_supported(model, p_ids.device) and bool((p_mask.sum(1) > 0).all()):
+        G = group_size if group_size and p_ids.shape[0] % group_size == 0 else 1
+        return packed_completion_logits(model, p_ids, p_mask, c_ids, c_mask, G)
     if group_size and group_size > 1 and p_ids.shape[0] % group_size == 0:
         G = group_size
         gp_ids, gp_mask = p_ids[::G], p_mask[::G]
@@ -76,3 +91,77 @@ def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: t
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
                    logits_to_keep=Lc + 1, **extra).logits
     return logits[:, -(Lc + 1):-1, :]  # some multimodal models (Qwen2-Audio) ignore logits_to_keep
+
+
+# ---------------------------------------------------------------------------------------------- lean forward
+
+
+def lean_supported(model: torch.nn.Module, device: torch.device) -> bool:
+    """Whether `packed_completion_logits` computes exactly what this model's forward computes: a plain Qwen2 /
+    Llama causal LM (fast_decode.supports) with sdpa or eager attention, no autocast, no attention dropout while
+    training, no gradient checkpointing and no hooks on any module (ZeRO-3 gathers, accelerate offload and user
+    hooks would be skipped)."""
+    if not supports(model) or torch.is_autocast_enabled(device.type):
+        return False
+    # flash-attention / flex kernels were chosen for memory at long lengths: the lean pass's dense mask is not that
+    if getattr(model.config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
+        return False
+    # attention dropout acts in training (the attention modules read it; disable_dropout zeroes it there)
+    if model.training and any(float(layer.self_attn.attention_dropout or 0.0) > 0 for layer in model.model.layers):
+        return False
+    return plain_modules(model)
+
+
+PACK_TOKENS = 128  # completion tokens packed into one sequence at most: attention grows with its square
+
+
+def rows_per_sequence(group_size: int, fed: int) -> int:
+    """How many completions of a group share one packed sequence: the largest divisor k of the group size with
+    k * fed <= PACK_TOKENS (fed: completion tokens fed per row), at least 1."""
+    return max([k for k in range(1, group_size + 1) if group_size % k == 0 and k * fed <= PACK_TOKENS] or [1])
+
+
+def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor,
+                             c_mask: torch.Tensor, group_size: int = 1) -> torch.Tensor:
+    """(B, Lc, V) completion logits from one lean pass over packed sequences, without padding.
+
+    A sequence holds one prompt once, then the unpadded completions of k rows of its group one after another
+    (rows_per_sequence), each fed without its last token (which predicts nothing scored). A boolean mask lets a
+    completion token see the prompt and its own earlier tokens only, at the positions a plain forward gives it
+    (prompt length + t), so every logit is the plain forward's; the prompt runs once per k rows instead of once
+    per row, padded completion tokens not at all, and the whole batch is one pass over the weights (the shared-
+    prompt split's second pass and its repeated cache are gone). Logits at padded completion positions (c_mask
+    0) are finite and meaningless, as in the plain forward. Every prompt must have at least one token."""
+    B, Lc = c_ids.shape
+    Lp, dev = p_ids.shape[1], c_ids.device
+    fed = (c_mask.sum(1) - 1).clamp(min=0)  # completion tokens fed per row
+    k = rows_per_sequence(group_size, int(fed.max()))
+    N = B // k  # packed sequences: rows n*k .. n*k+k-1 share prompt row n*k
+    fed_s = fed.view(N, k)
+    off = fed_s.cumsum(1) - fed_s  # each row's first packed token after its prompt
+    plen = p_mask[::k].sum(1)  # (N,) prompt lengths (left padded)
+    S = int((plen + fed_s.sum(1)).max())
+    at = torch.arange(S, device=dev)[None].expand(N, S)
+    # prompt tokens at packed slots 0 .. plen-1; -1 marks the prompt segment, -2 padding
+    in_prompt = at < plen[:, None]
+    ids = torch.where(in_prompt, p_ids[::k].gather(1, (Lp - plen[:, None] + at).clamp(0, Lp - 1)), 0)
+    seg = torch.where(in_prompt, -1, -2)
+    pos = at.clone()
+    # completion token t of row r = n*k + j at slot plen[n] + off[n, j] + t, position plen[n] + t
+    t = torch.arange(Lc, device=dev)[None].expand(B, Lc)
+    live = t < fed[:, None]
+    row_seq = torch.arange(B, device=dev) // k
+    slot = plen[row_seq][:, None] + off.reshape(B)[:, None] + t
+    flat = (row_seq[:, None] * S + slot)[live]
+    ids = ids.reshape(-1).index_put((flat,), c_ids[live]).view(N, S)
+    seg = seg.reshape(-1).index_put((flat,), (torch.arange(B, device=dev) % k)[:, None].expand(B, Lc)[live]).view(N, S)
+    pos = pos.reshape(-1).index_put((flat,), (plen[row_seq][:, None] + t)[live]).view(N, S)
+    causal = at[:, None, :] <= at[:, :, None]  # [n, query, key]
+    same = (seg[:, None, :] == -1) | (seg[:, None, :] == seg[:, :, None])
+    pad = seg == -2
+    mask = (causal & same & ~pad[:, None, :]) | (pad[:, :, None] & (at[:, None, :] == at[:, :, None]))
+    hidden, _ = lean_layers(model, ids, pos, mask[:, None])
+    # logit t of row r comes from the token before it: the prompt's last for t = 0, completion token t-1 after
+    src = torch.where(t == 0, plen[row_seq][:, None] - 1, slot - 1)
+    src = torch.where((t == 0) | (t - 1 < fed[:, None]), src, plen[row_seq][:, None] - 1)  # unscored: any finite
+    return lean_head(model, hidden.reshape(N * S, -1)[row_seq[:, None] * S + src])

@@ -51,6 +51,7 @@ from backend.train.builders import (
     build_reference,
     build_scheduler,
     engine_weights,
+    keep_freed_memory,
     lora_scalings,
     merge_lora_state,
 )
@@ -76,6 +77,8 @@ class GRPOTrainer:
         if spec.resources.num_threads:
             torch.set_num_threads(spec.resources.num_threads)
         self.device = self.ranks.device or resolve_device(spec)
+        if self.device.type == "cpu":
+            keep_freed_memory()  # no page faults from re-allocating each step's gradients (builders.py)
         _seed_everything(a.seed)
 
         ckpt = run.latest_checkpoint() if resume else None
