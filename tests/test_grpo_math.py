@@ -273,7 +273,7 @@ def test_clipped_step_matches_torch(max_norm: float, fused: bool) -> None:
 
 
 def test_keep_freed_memory_cuts_page_faults() -> None:
-    """builders.keep_freed_memory: training steps of the tiny model (forward, backward, fused AdamW, gradients set
+    """memory.keep_freed_memory: training steps of the tiny model (forward, backward, fused AdamW, gradients set
     to None) page-fault far less than without it, each measured in a fresh interpreter (malloc is process-wide)."""
     import subprocess
     import sys
@@ -283,7 +283,7 @@ def test_keep_freed_memory_cuts_page_faults() -> None:
     script = (
         "import resource, sys, torch\n"
         "from transformers import AutoModelForCausalLM\n"
-        "from backend.train.builders import keep_freed_memory\n"
+        "from backend.train.memory import keep_freed_memory\n"
         "torch.set_num_threads(1)\n"
         "if sys.argv[1] == '1':\n    assert keep_freed_memory()\n"
         "model = AutoModelForCausalLM.from_pretrained('assets/tiny-add', dtype=torch.float32)\n"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import ctypes
-import ctypes.util
 from pathlib import Path
 
 import torch
@@ -66,30 +64,6 @@ def build_reference(spec: RunSpec, base_dir: Path, device: torch.device, policy)
     ref = load_base(spec, base_dir, device)
     ref.eval().requires_grad_(False)
     return ref
-
-
-# glibc mallopt parameters (malloc.h)
-M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
-
-
-def keep_freed_memory() -> bool:
-    """Let glibc's malloc keep freed memory for reuse instead of returning it to the OS, process-wide.
-
-    A CPU training step frees and reallocates the same few megabytes every step (gradients after
-    zero_grad(set_to_none=True), activations): by default each block over 128 KiB is a fresh mmap whose pages
-    fault in zero-filled, about a thousand page faults per step for the 2.6 M-parameter model. Blocks up to
-    32 MiB now come from the heap, which keeps up to 1 GiB of freed memory. Returns False (nothing changed)
-    where there is no glibc (macOS, musl)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        mallopt = getattr(libc, "mallopt", None)
-    except OSError:
-        return False
-    if mallopt is None:
-        return False
-    return all(mallopt(param, value) == 1 for param, value in
-               ((M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 1 << 30), (M_TOP_PAD, 64 << 20)))
 
 
 def build_optimizer(spec: RunSpec, model) -> torch.optim.Optimizer:

@@ -51,12 +51,12 @@ from backend.train.builders import (
     build_reference,
     build_scheduler,
     engine_weights,
-    keep_freed_memory,
     lora_scalings,
     merge_lora_state,
 )
 from backend.train.checkpoint import load_trainer_state, save_trainer_state
 from backend.train.forward import autocast, completion_logits
+from backend.train.memory import keep_freed_memory
 from backend.train.rollout_queue import RolloutQueue
 from backend.train.signals import STOP
 from backend.train.sinks import make_sinks
@@ -78,7 +78,7 @@ class GRPOTrainer:
             torch.set_num_threads(spec.resources.num_threads)
         self.device = self.ranks.device or resolve_device(spec)
         if self.device.type == "cpu":
-            keep_freed_memory()  # no page faults from re-allocating each step's gradients (builders.py)
+            keep_freed_memory()  # no page faults from re-allocating each step's gradients (memory.py)
         _seed_everything(a.seed)
 
         ckpt = run.latest_checkpoint() if resume else None
