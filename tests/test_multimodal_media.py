@@ -138,17 +138,11 @@ def test_video_row_becomes_video_tokens(vl, tmp_path: Path) -> None:
     assert mm.text.count("<|video_pad|>") == 1 and mm.ids.count(pad) == 32
 
 
-def test_training_forward_matches_engine_logprobs_for_video_rows(vl, tmp_path: Path) -> None:
-    model, tok, proc = vl
-    paths = picture_paths(5)
-    data = load_spec(PRESET, ["data.videos_column=video"]).data
-    rows = [{"video": str(write_gif(tmp_path / "a.gif", paths[:3])), "problem": "How many objects are there?"},
-            {"image": paths[4], "problem": "Count."},  # an image row in the same batch: media kinds mix
-            {"video": paths[1:5], "image": paths[0], "problem": "And here?"}]
-    mms = [render_mm_prompt(r, data, proc, ROOT) for r in rows]
-    G = 3
+def _engine_matches_training_forward(model, tok, mms: list, G: int, max_tokens: int, seed: int) -> list:
+    """Sample G completions per rendered prompt with the hf engine; assert the training forward (plain and
+    shared-prompt) gives the engine's logprobs. Returns the completions, group by group."""
     groups = HFEngine(model, tok).generate([PromptInput(m.ids, m.media) for m in mms],
-                                           SamplingParams(n=G, max_tokens=10, temperature=1.0, seed=5))
+                                           SamplingParams(n=G, max_tokens=max_tokens, temperature=1.0, seed=seed))
     comps = [c for g in groups for c in g]
     p_ids, p_mask = left_pad([m.ids for m in mms for _ in range(G)], tok.pad_token_id)
     Lc = max(len(c.token_ids) for c in comps)
@@ -165,6 +159,19 @@ def test_training_forward_matches_engine_logprobs_for_video_rows(vl, tmp_path: P
         shared = selective_log_softmax(completion_logits(model, p_ids, p_mask, c_ids, c_mask, G, media), c_ids)
     torch.testing.assert_close(plain * c_mask, engine_lp * c_mask, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(shared * c_mask, engine_lp * c_mask, rtol=1e-4, atol=1e-4)
+    return comps
+
+
+def test_training_forward_matches_engine_logprobs_for_video_rows(vl, tmp_path: Path) -> None:
+    model, tok, proc = vl
+    paths = picture_paths(5)
+    data = load_spec(PRESET, ["data.videos_column=video"]).data
+    rows = [{"video": str(write_gif(tmp_path / "a.gif", paths[:3])), "problem": "How many objects are there?"},
+            {"image": paths[4], "problem": "Count."},  # an image row in the same batch: media kinds mix
+            {"video": paths[1:5], "image": paths[0], "problem": "And here?"}]
+    mms = [render_mm_prompt(r, data, proc, ROOT) for r in rows]
+    G = 3
+    comps = _engine_matches_training_forward(model, tok, mms, G, max_tokens=10, seed=5)
     # reference: transformers' own forward (it computes M-RoPE for images and videos itself), row by row
     cfg = model.config
     for k, m in enumerate(mms):
@@ -382,24 +389,7 @@ def test_training_forward_matches_engine_logprobs_for_audio_rows(tmp_path: Path,
     mms = [render_mm_prompt(r, data, proc, ROOT) for r in rows]
     assert len(mms[0].ids) != len(mms[1].ids)  # left padding in the batch
     G = 3
-    groups = HFEngine(model, tok).generate([PromptInput(m.ids, m.media) for m in mms],
-                                           SamplingParams(n=G, max_tokens=8, temperature=1.0, seed=2))
-    comps = [c for g in groups for c in g]
-    p_ids, p_mask = left_pad([m.ids for m in mms for _ in range(G)], tok.pad_token_id)
-    Lc = max(len(c.token_ids) for c in comps)
-    c_ids = torch.full((len(comps), Lc), tok.pad_token_id)
-    c_mask = torch.zeros((len(comps), Lc), dtype=torch.long)
-    engine_lp = torch.zeros((len(comps), Lc))
-    for i, c in enumerate(comps):
-        c_ids[i, :len(c.token_ids)] = torch.tensor(c.token_ids)
-        c_mask[i, :len(c.token_ids)] = 1
-        engine_lp[i, :len(c.logprobs)] = torch.tensor(c.logprobs)
-    media = [m.media for m in mms for _ in range(G)]
-    with torch.no_grad():
-        plain = selective_log_softmax(completion_logits(model, p_ids, p_mask, c_ids, c_mask, None, media), c_ids)
-        shared = selective_log_softmax(completion_logits(model, p_ids, p_mask, c_ids, c_mask, G, media), c_ids)
-    torch.testing.assert_close(plain * c_mask, engine_lp * c_mask, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(shared * c_mask, engine_lp * c_mask, rtol=1e-4, atol=1e-4)
+    comps = _engine_matches_training_forward(model, tok, mms, G, max_tokens=8, seed=2)
     for k, m in enumerate(mms):  # reference: transformers' own forward on the processor's output, unpadded
         c = comps[k * G]
         with torch.no_grad():
