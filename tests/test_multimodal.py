@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText, AutoTokenizer
+from transformers import AutoModelForImageTextToText
 
 from backend.checks import check_spec
 from backend.models import model_class
-from backend.multimodal import VisionProcessor, check_media_cell, media_ref, render_mm_prompt
+from backend.multimodal import check_media_cell, media_ref, render_mm_prompt
 from backend.rollout.base import PromptInput, SamplingParams
 from backend.rollout.hf import HFEngine, left_pad
 from backend.spec import load_spec
@@ -32,13 +32,6 @@ from backend.train.grpo import selective_log_softmax
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "assets/tiny-vl"
 PRESET = ROOT / "presets/tiny-vl-counting-cpu.yaml"
-
-
-@pytest.fixture(scope="module")
-def vl():
-    tok = AutoTokenizer.from_pretrained(MODEL)
-    model = AutoModelForImageTextToText.from_pretrained(MODEL, dtype=torch.float32).eval()
-    return model, tok, VisionProcessor.from_pretrained(str(MODEL), tok)
 
 
 def rows(n: int = 3) -> list[dict]:

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from transformers import AutoModelForImageTextToText, AutoTokenizer
+from transformers import AutoTokenizer
 
 from backend.checks import Machine, check_machine, check_spec, torchvision_error
 from backend.multimodal import (
@@ -51,13 +51,6 @@ from backend.train.grpo import selective_log_softmax
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "assets/tiny-vl"
 PRESET = ROOT / "presets/tiny-vl-counting-cpu.yaml"
-
-
-@pytest.fixture(scope="module")
-def vl():
-    tok = AutoTokenizer.from_pretrained(MODEL)
-    model = AutoModelForImageTextToText.from_pretrained(MODEL, dtype=torch.float32).eval()
-    return model, tok, VisionProcessor.from_pretrained(str(MODEL), tok)
 
 
 def picture_paths(n: int) -> list[str]:
