@@ -283,6 +283,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "data.solution_column": ("Solution column", "答案列", "参考答案所在的列，以 'solution' 传给奖励函数。"),
     "data.images_column": ("Images column", "图片列", "多模态模型的图片路径列（'' = 无）。"),
     "data.videos_column": ("Videos column", "视频列", "视觉语言模型的视频列：动图 GIF/WebP，或帧图片列表（'' = 无）。"),
+    "data.max_video_frames": ("Max video frames", "视频最多帧数", "每个视频最多取这么多帧：更长的视频从首帧到末帧均匀抽取（0 = 全部帧）。"),
     "data.audios_column": ("Audios column", "音频列", "处理器能接收音频的模型的 WAV 音频列（'' = 无）。"),
     "data.prompt_template": ("Prompt template", "提示模板",
                              "用列拼出提示，例如 'Make {target} from {nums}.'（'' = 使用提示列）。"),

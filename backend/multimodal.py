@@ -148,16 +148,28 @@ def video_items(value: Any) -> list[Any]:
     return [value]
 
 
-def load_video(value: Any, base_dir: Path) -> list[Any]:
+def frame_indices(n: int, cap: int) -> list[int]:
+    """Which of n frames a video keeps under a cap of `cap` frames (0 = no cap): all when n <= cap, else cap
+    evenly spaced ones from the first to the last (frame i*(n-1)/(cap-1), rounded half up)."""
+    if cap <= 0 or n <= cap:
+        return list(range(n))
+    if cap == 1:
+        return [0]
+    return [int(i * (n - 1) / (cap - 1) + 0.5) for i in range(cap)]
+
+
+def load_video(value: Any, base_dir: Path, max_frames: int = 0) -> list[Any]:
     """One video cell -> its RGB frames: every frame of an animated GIF/WebP (or one still image), or a list
-    of still frame images. MediaError when a frame is missing or unreadable, or the frames differ in size."""
+    of still frame images, at most `max_frames` of them evenly spaced (0 = all; frames left out are not read
+    from a list). MediaError when a frame is missing or unreadable, or the frames differ in size."""
     from PIL import ImageSequence
 
     if isinstance(value, (list, tuple)):
         if not value:
             raise MediaError("an empty list of frames")
         frames = []
-        for k, item in enumerate(value):
+        for k in frame_indices(len(value), max_frames):
+            item = value[k]
             if isinstance(item, (list, tuple)):
                 raise MediaError("a video is an animated image or a list of frame images (one video per row); "
                                  f"frame {k} is a list")
@@ -169,7 +181,8 @@ def load_video(value: Any, base_dir: Path) -> list[Any]:
     else:
         img = _open(value, base_dir, "video")
         try:
-            frames = [f.convert("RGB") for f in ImageSequence.Iterator(img)]
+            keep = set(frame_indices(getattr(img, "n_frames", 1), max_frames))
+            frames = [f.convert("RGB") for k, f in enumerate(ImageSequence.Iterator(img)) if k in keep]
         except (OSError, ValueError, EOFError) as err:
             raise MediaError(f"unreadable video {_describe(value)}: {err}") from err
     sizes = {f.size for f in frames}
@@ -564,7 +577,7 @@ def render_mm_prompt(row: dict[str, Any], data: Any, vision: VisionProcessor | A
     if audio_items:
         raise MediaError("a vision-language model takes no audio")
     images = [load_image(i, base_dir) for i in image_items]
-    videos = [load_video(v, base_dir) for v in video_cells]
+    videos = [load_video(v, base_dir, data.max_video_frames) for v in video_cells]
     return vision.encode(vision.messages(prompt, len(images), data.system_prompt, len(videos)), images, videos)
 
 

@@ -59,6 +59,9 @@ class DataSection(Section):
     videos_column: str = Field(
         "", description="Column with videos for vision-language models: an animated GIF/WebP, or a list of frame "
                         "images ('' = none).", json_schema_extra=_adv())
+    max_video_frames: int = Field(
+        64, ge=0, le=4096, description="Frames per video at most: longer videos keep this many, evenly spaced from "
+                                       "the first to the last (0 = every frame).", json_schema_extra=_adv())
     audios_column: str = Field("", description="Column with WAV audio for models whose processor takes audio ('' = none).",
                                json_schema_extra=_adv())
     prompt_template: str = Field(

@@ -36,6 +36,7 @@ from backend.multimodal import (
     check_audio_cell,
     check_video_cell,
     first_frame,
+    frame_indices,
     load_audio,
     load_image,
     load_video,
@@ -116,6 +117,31 @@ def test_video_cells_read_animated_files_and_frame_lists(tmp_path: Path) -> None
     assert check_video_cell([], ROOT) == "no video"
     with pytest.raises(MediaError, match="itself animated"):
         load_video([str(gif), paths[0]], ROOT)
+
+
+def test_frame_indices_keep_evenly_spaced_frames() -> None:
+    assert frame_indices(10, 4) == [0, 3, 6, 9]
+    assert frame_indices(6, 4) == [0, 2, 3, 5]  # 0, 1.67, 3.33, 5
+    assert frame_indices(4, 3) == [0, 2, 3]  # 1.5 rounds up
+    assert frame_indices(5, 1) == [0]
+    assert frame_indices(3, 8) == frame_indices(3, 0) == [0, 1, 2]
+
+
+def test_video_frame_cap_applies_to_files_lists_and_rows(vl, tmp_path: Path) -> None:
+    paths = picture_paths(5)
+    gif = write_gif(tmp_path / "v.gif", paths)
+    full = load_video(str(gif), ROOT)
+    capped = load_video(str(gif), ROOT, max_frames=3)
+    assert [f.tobytes() for f in capped] == [full[k].tobytes() for k in (0, 2, 4)]
+    listed = load_video(paths, ROOT, max_frames=2)
+    assert [f.tobytes() for f in listed] == [load_image(paths[k], ROOT).convert("RGB").tobytes() for k in (0, 4)]
+    _, _, proc = vl
+    row = {"video": str(gif), "problem": "How many?"}
+    tokens = {}
+    for cap in (0, 2):
+        spec = load_spec(PRESET, ["data.images_column=", "data.videos_column=video", f"data.max_video_frames={cap}"])
+        tokens[cap] = render_mm_prompt(row, spec.data, proc, ROOT).media["video_grid_thw"].tolist()
+    assert tokens[0][0][0] == 3 and tokens[2][0][0] == 1  # temporal patches of 2 frames: 5 -> 3, 2 -> 1
 
 
 def test_video_row_becomes_video_tokens(vl, tmp_path: Path) -> None:
