@@ -22,6 +22,7 @@ import gradio as gr
 
 from app.config import StudioConfig
 from app.eval_view import (
+    COLUMN_FLAGS,
     EvalForm,
     all_evals,
     comparison_table,
@@ -76,6 +77,14 @@ class EvalTab:
                 self.seed = reg.label(gr.Number(0, precision=0, label=t("ev_seed", lang), elem_id="eval-seed"), "ev_seed")
                 self.rewards = reg.label(gr.Textbox("", label=t("ev_rewards", lang), elem_id="eval-rewards"),
                                          "ev_rewards")
+            with gr.Accordion(t("ev_columns", lang), open=False) as cols:
+                reg.label(cols, "ev_columns")
+                with gr.Row():
+                    self.columns = [reg.label_info(gr.Textbox("", label=t(f"ev_{name}", lang),
+                                                              info=t(f"ev_{name}_info", lang),
+                                                              elem_id=f"eval-{name.replace('_', '-')}"),
+                                                   f"ev_{name}", f"ev_{name}_info")
+                                    for name, _ in COLUMN_FLAGS]
             with gr.Row():
                 self.run_btn = reg.value(gr.Button(t("ev_start", lang), variant="primary", elem_id="eval-start"),
                                          "ev_start")
@@ -149,11 +158,12 @@ class EvalTab:
     # -------------------------------------------------------------------- evaluate
 
     def _form(self, model: str, data: str, ks: str, n: Any, temp: Any, max_tokens: Any, limit: Any, seed: Any,
-              rewards: str) -> EvalForm:
+              rewards: str, *columns: str) -> EvalForm:
         ws, runs = self.config.workspace, self.config.runs_dir
         return EvalForm(resolve_model_ref(model, runs, ws), resolve_data_ref(data, ws), (ks or "1").strip(),
                         int(n or 0), None if temp in (None, "") else float(temp), int(max_tokens or 0),
-                        int(limit or 0), int(seed or 0), rewards or "")
+                        int(limit or 0), int(seed or 0), rewards or "",
+                        **{name: (v or "").strip() for (name, _), v in zip(COLUMN_FLAGS, columns, strict=True)})
 
     def _out_dir(self, model_ref: str, tag: str) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -324,7 +334,7 @@ class EvalTab:
     def wire(self, memo: SessionMemo, radio: Any) -> None:
         self.memo = memo
         form = [self.model, self.data, self.ks, self.n, self.temperature, self.max_tokens, self.limit, self.seed,
-                self.rewards]
+                self.rewards, *self.columns]
         self.run_btn.click(self._run_handler(self.on_run), [radio, *form], self.message, concurrency_limit=2)
         self.pair_btn.click(self._run_handler(self.on_pair), [radio, *form], self.message, concurrency_limit=2)
         cmp_in = [self.cmp_evals, self.cmp_filter, radio]

@@ -85,6 +85,15 @@ class EvalForm:
     limit: int = 0
     seed: int = 0
     rewards: str = ""
+    # the data's columns ('' = the run's, else the evaluator's inference): for data with an unusual schema
+    prompt_column: str = ""
+    images_column: str = ""
+    videos_column: str = ""
+    audios_column: str = ""
+
+
+COLUMN_FLAGS = (("prompt_column", "--prompt-column"), ("images_column", "--images-column"),
+                ("videos_column", "--videos-column"), ("audios_column", "--audios-column"))
 
 
 def eval_command(f: EvalForm, out: Path) -> list[str]:
@@ -99,6 +108,9 @@ def eval_command(f: EvalForm, out: Path) -> list[str]:
         cmd += ["--temperature", str(float(f.temperature))]
     if f.rewards.strip():
         cmd += ["--rewards", f.rewards.strip()]
+    for name, flag in COLUMN_FLAGS:
+        if value := getattr(f, name).strip():
+            cmd += [flag, value]
     return cmd
 
 

@@ -12,6 +12,7 @@ import pytest
 from app.eval_view import EvalForm, eval_command, progress_html, resolve_data_ref, resolve_model_ref, side_by_side_html
 from app.figures import MetricTable, reward_figure
 from app.paths import PathError, Workspace
+from backend.eval.cli import parser
 from backend.eval.compare import Comparison, PromptRow
 from backend.rundir import BestCheckpoint, RunDir
 
@@ -70,6 +71,12 @@ def test_model_and_data_references_stay_in_the_workspace(tmp_path: Path) -> None
     cmd = eval_command(EvalForm("m", "gsm8k", "1,4", n=8, temperature=0.0, limit=5), Path("/o"))
     assert cmd[1:] == ["-m", "backend.eval", "--model", "m", "--k", "1,4", "--out", "/o", "--seed", "0",
                        "--data", "gsm8k", "--n", "8", "--limit", "5", "--temperature", "0.0"]
+    # a bare VL model over data with its own column names: the form's columns reach the evaluator
+    cmd = eval_command(EvalForm("m", "d.jsonl", prompt_column="question", images_column=" pic ", audios_column=""),
+                       Path("/o"))
+    assert cmd[cmd.index("--data"):] == ["--data", "d.jsonl", "--prompt-column", "question", "--images-column", "pic"]
+    args = parser().parse_args(cmd[3:])
+    assert (args.prompt_column, args.images_column, args.videos_column) == ("question", "pic", "")
 
 
 def test_progress_reads_the_status_file(tmp_path: Path) -> None:
