@@ -138,6 +138,9 @@ class EvalTab:
                 self.chat_msg = gr.Textbox(scale=4, show_label=False, placeholder=t("ev_chat_ph", lang),
                                            elem_id="chat-input")
                 reg.add(self.chat_msg, lambda lg: {"placeholder": t("ev_chat_ph", lg)})
+                self.chat_image = reg.label(gr.Image(type="filepath", sources=["upload", "clipboard"], scale=1,
+                                                     height=90, label=t("ev_chat_image", lang), elem_id="chat-image"),
+                                            "ev_chat_image")
                 self.chat_send = reg.value(gr.Button(t("ev_send", lang), scale=1, elem_id="chat-send"), "ev_send")
                 self.chat_clear = reg.value(gr.Button(t("ev_clear", lang), scale=1), "ev_clear")
         # ---------------------------------------------------------------- export
@@ -285,29 +288,33 @@ class EvalTab:
             return self._chat_models[ref]
 
     def on_chat(self, message: str, hist_a: list[dict[str, Any]] | None, hist_b: list[dict[str, Any]] | None,
-                model_a: str, model_b: str, temp: float, top_p: float, max_tokens: Any, system: str, lang: str):
+                model_a: str, model_b: str, temp: float, top_p: float, max_tokens: Any, system: str, lang: str,
+                image: str | None = None):
+        """Send a message (with an optional image, for vision-language models) to one or two models; streams
+        both histories. The image rides in the user turn's content, so later turns still see it."""
         from backend.eval.chat import ChatSettings
 
         hist_a, hist_b = list(hist_a or []), list(hist_b or [])
         if not (message or "").strip():
-            yield hist_a, hist_b, gr.skip()
+            yield hist_a, hist_b, gr.skip(), gr.skip()
             return
         s = ChatSettings(temperature=float(temp), top_p=float(top_p), max_new_tokens=max(1, int(max_tokens or 256)),
                          system_prompt=system or "")
         targets = [(model_a, hist_a)] + ([(model_b, hist_b)] if (model_b or "").strip() else [])
         for _, h in targets:
-            h.append({"role": "user", "content": message})
+            h.append({"role": "user", "content": [{"path": image}, message] if image else message})
             h.append({"role": "assistant", "content": ""})
         for model, h in targets:
             try:
                 chat = self._chat_model(model)
-                convo = [{"role": x["role"], "content": _text(x["content"])} for x in h[:-1]]
+                convo = [{"role": x["role"], "content": _text(x["content"]), "images": _images(x["content"])}
+                         for x in h[:-1]]
                 for partial in chat.stream(convo, s):
                     h[-1] = {"role": "assistant", "content": partial}
-                    yield hist_a, hist_b, ""
+                    yield hist_a, hist_b, "", None
             except Exception as err:  # a model that does not load is shown in the chat, the studio keeps serving
                 h[-1] = {"role": "assistant", "content": f"⚠ {type(err).__name__}: {err}"}
-                yield hist_a, hist_b, ""
+                yield hist_a, hist_b, "", None
 
     # -------------------------------------------------------------------- export
 
@@ -343,8 +350,8 @@ class EvalTab:
         self.cmp_evals.change(self.on_compare, cmp_in, self.compare_outputs(), **kw)
         self.cmp_filter.change(self.on_compare, cmp_in, self.compare_outputs(), **kw)
         chat_in = [self.chat_msg, self.chat_view_a, self.chat_view_b, self.chat_a, self.chat_b, self.chat_temp,
-                   self.chat_top_p, self.chat_max, self.chat_system, radio]
-        chat_out = [self.chat_view_a, self.chat_view_b, self.chat_msg]
+                   self.chat_top_p, self.chat_max, self.chat_system, radio, self.chat_image]
+        chat_out = [self.chat_view_a, self.chat_view_b, self.chat_msg, self.chat_image]
         self.chat_send.click(self.on_chat, chat_in, chat_out, concurrency_limit=2)
         self.chat_msg.submit(self.on_chat, chat_in, chat_out, concurrency_limit=2)
         self.chat_clear.click(lambda: ([], []), None, [self.chat_view_a, self.chat_view_b], queue=False)
@@ -362,6 +369,20 @@ class EvalTab:
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
-    if isinstance(content, list):  # Gradio may hand back [{"type": "text", "text": ...}]
-        return "".join(c.get("text", "") if isinstance(c, dict) else str(c) for c in content)
-    return str(content)
+    if isinstance(content, list):  # Gradio may hand back [{"type": "text", "text": ...}, {"type": "file", ...}]
+        return "".join(c if isinstance(c, str) else c.get("text", "") if isinstance(c, dict) else str(c)
+                       for c in content)
+    return "" if isinstance(content, dict) else str(content)
+
+
+def _images(content: Any) -> list[str]:
+    """The image files in a chat message's content, as this page puts them ({"path": ...}) or as Gradio hands
+    them back ({"type": "file", "file": {"path": ...}})."""
+    parts = content if isinstance(content, list) else [content]
+    out = []
+    for c in parts:
+        if isinstance(c, dict):
+            f = c.get("file") if isinstance(c.get("file"), dict) else c
+            if f.get("path"):
+                out.append(str(f["path"]))
+    return out

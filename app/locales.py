@@ -88,6 +88,7 @@ UI: dict[str, dict[str, str]] = {
     "ev_system": {"en": "System prompt", "zh": "系统提示词"},
     "ev_chat_ph": {"en": "Type a message and press Enter", "zh": "输入消息后按回车"},
     "ev_send": {"en": "Send", "zh": "发送"},
+    "ev_chat_image": {"en": "Image (vision models)", "zh": "图片（视觉模型）"},
     "ev_clear": {"en": "Clear", "zh": "清空"},
     "ev_export": {"en": "Export a servable model", "zh": "导出可部署模型"},
     "ev_export_out": {"en": "Output folder (in the workspace)", "zh": "输出文件夹（工作区内）"},

@@ -608,15 +608,21 @@ def _vl_core(model: Any) -> Any:
     raise MediaError(f"{type(model).__name__} takes no images (no M-RoPE position index)")
 
 
+def mm_token_types(config: Any, ids: torch.Tensor) -> torch.Tensor:
+    """transformers' mm_token_type_ids for token ids: 1 at image tokens, 2 at video tokens, else 0 (a
+    Qwen2-VL forward or generate() needs them with media to compute M-RoPE positions)."""
+    types = torch.zeros_like(ids, dtype=torch.int)
+    types[ids == config.image_token_id] = 1
+    types[ids == getattr(config, "video_token_id", -1)] = 2
+    return types
+
+
 def rope_positions(model: Any, ids: torch.Tensor, mask: torch.Tensor, media: dict[str, torch.Tensor]
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """(3, B, L) M-RoPE positions of left-padded prompts with image tokens, and (B, 1) deltas:
     the position of a text token after the prompt is its unpadded index + delta."""
     core = _vl_core(model)
-    cfg = core.config
-    types = torch.zeros_like(ids, dtype=torch.int)
-    types[ids == cfg.image_token_id] = 1
-    types[ids == getattr(cfg, "video_token_id", -1)] = 2
+    types = mm_token_types(core.config, ids)
     return core.get_rope_index(ids, mm_token_type_ids=types, image_grid_thw=media.get("image_grid_thw"),
                                video_grid_thw=media.get("video_grid_thw"), attention_mask=mask)
 

@@ -130,11 +130,45 @@ def test_chat_two_models_side_by_side(tmp_path: Path) -> None:
         tab = EvalTab(config, Registry(), None)
     tiny = str(ROOT / "assets/tiny-add")
     steps = list(tab.on_chat("12+34=", [], [], tiny, tiny, 0.0, 1.0, 6, "", "en"))
-    a, b, box = steps[-1]
+    a, b, box, _ = steps[-1]
     assert box == "" and len(steps) >= 2  # streamed: one yield per piece, the input box cleared
     assert [m["role"] for m in a] == ["user", "assistant"] and a[1]["content"]
     assert b == a  # the same model greedily: the same reply in both columns
-    a2, b2, _ = list(tab.on_chat("1+2=", a, b, tiny, "", 0.0, 1.0, 6, "", "en"))[-1]
+    a2, b2, _, _ = list(tab.on_chat("1+2=", a, b, tiny, "", 0.0, 1.0, 6, "", "en"))[-1]
     assert len(a2) == 4 and b2 == b  # no second model: column B is left as it was
     err = list(tab.on_chat("1+2=", [], [], str(tmp_path / "nope"), "", 0.0, 1.0, 6, "", "en"))[-1][0]
     assert err[-1]["content"].startswith("⚠")
+
+
+def test_chat_with_an_image_reaches_a_vision_model(tmp_path: Path) -> None:
+    import gradio as gr
+
+    from app.config import StudioConfig
+    from app.eval_tab import EvalTab
+    from app.fields import Registry
+    from backend.eval.chat import ChatSettings
+
+    config = StudioConfig.create(tmp_path)
+    with gr.Blocks():
+        tab = EvalTab(config, Registry(), None)
+    vl = str(ROOT / "assets/tiny-vl")
+    img = [str(ROOT / f"assets/data/count_test/{k:04d}.png") for k in (0, 2)]
+    a, _, box, image = list(tab.on_chat("How many objects are there?", [], [], vl, "", 0.0, 1.0, 12, "", "en",
+                                        img[0]))[-1]
+    assert box == "" and image is None  # the input box and the image are cleared after sending
+    chat = tab._chat_model(vl)
+    s = ChatSettings(temperature=0, max_new_tokens=12)
+    first = [{"role": "user", "content": "How many objects are there?", "images": [img[0]]}]
+    assert a[1]["content"] == list(chat.stream(first, s))[-1]
+    # the second turn comes back from the browser in Gradio's normalised form; both images reach the model
+    back = [{"role": "user", "content": [{"type": "file", "file": {"path": img[0]}},
+                                         {"type": "text", "text": "How many objects are there?"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": a[1]["content"]}]}]
+    a2 = list(tab.on_chat("And here?", back, [], vl, "", 0.0, 1.0, 12, "", "en", img[1]))[-1][0]
+    convo = [*first, {"role": "assistant", "content": a[1]["content"]},
+             {"role": "user", "content": "And here?", "images": [img[1]]}]
+    assert a2[-1]["content"] == list(chat.stream(convo, s))[-1]
+    assert len(chat.inputs(convo)["image_grid_thw"]) == 2
+    # a text-only model refuses the image in the chat, the page keeps serving
+    err = list(tab.on_chat("1+2=", [], [], str(ROOT / "assets/tiny-add"), "", 0.0, 1.0, 6, "", "en", img[0]))[-1][0]
+    assert err[-1]["content"].startswith("⚠") and "takes no images" in err[-1]["content"]

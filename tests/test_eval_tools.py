@@ -117,6 +117,33 @@ def test_chat_streams_a_reply() -> None:
     assert all(parts[i + 1].startswith(parts[i]) for i in range(len(parts) - 1))
 
 
+def test_chat_sends_images_to_a_vision_model() -> None:
+    from backend.multimodal import render_mm_prompt
+    from backend.rollout.base import PromptInput, SamplingParams
+    from backend.rollout.hf import HFEngine
+    from backend.spec import load_spec
+
+    chat = ChatModel(str(ROOT / "assets/tiny-vl"), ROOT)
+    spec = load_spec(ROOT / "presets/tiny-vl-counting-cpu.yaml")
+    rows = [json.loads(x) for x in (ROOT / "assets/data/count_test.jsonl").read_text().splitlines()[:4]]
+    replies = []
+    for row in rows:
+        msgs = [{"role": "user", "content": row["problem"], "images": [row["image"]]}]
+        enc = chat.inputs(msgs, spec.data.system_prompt)
+        mm = render_mm_prompt(row, spec.data, chat.vision, ROOT)  # the trainer's rendering of the same row
+        assert enc["input_ids"][0].tolist() == mm.ids
+        torch.testing.assert_close(enc["pixel_values"], mm.media["pixel_values"])
+        reply = list(chat.stream(msgs, ChatSettings(temperature=0, max_new_tokens=12,
+                                                    system_prompt=spec.data.system_prompt)))[-1]
+        greedy = HFEngine(chat.model, chat.tok).generate([PromptInput(mm.ids, multi_modal=mm.media)],
+                                                         SamplingParams(n=1, max_tokens=12, top_k=1))
+        assert reply == greedy[0][0].text  # the rollout engine's greedy answer for that image
+        replies.append(reply)
+    assert len(set(replies)) > 1  # the answer depends on the picture
+    with pytest.raises(ValueError, match="text-only model: it takes no images"):
+        ChatModel(str(TINY)).inputs([{"role": "user", "content": "1+2=", "images": [rows[0]["image"]]}])
+
+
 def test_eval_and_compare_line_up(tmp_path: Path) -> None:
     common = {"data": str(ROOT / "assets/data/add_test.jsonl"), "rewards": ["exact_match"], "limit": 12, "batch": 5,
               "max_tokens": 6, "base_dir": str(ROOT)}
