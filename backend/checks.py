@@ -671,7 +671,7 @@ def weight_sync_line(spec: RunSpec, on_gpu: bool) -> str:
     if weight_sync_mode(spec, on_gpu) == "collective":
         how = f"{'NCCL' if on_gpu else 'gloo'} broadcast from the trainer in {r.weight_sync_bucket_mb} MB buckets"
     else:
-        how = "one safetensors file in shared memory" + (" (inline bytes to workers reached by URL)" if r.worker_urls else "")
+        how = "one shared-memory file the workers keep mapped" + (" (inline bytes to workers reached by URL)" if r.worker_urls else "")
     return f"weights to the rollout workers: {how}." + lora
 
 

@@ -131,8 +131,8 @@ class RolloutSection(Section):
                                     "this for one request counts as hung: the run fails naming it.",
                                     json_schema_extra=_adv())
     weight_sync: Literal["auto", "file", "collective"] = Field(
-        "auto", description="How new weights reach rollout workers after each update. file: one safetensors file in "
-                            "shared memory (inline bytes to a worker reached by URL); collective: a process group of "
+        "auto", description="How new weights reach rollout workers after each update. file: one shared-memory file "
+                            "that local workers keep mapped and copy from (inline bytes to a worker reached by URL); collective: a process group of "
                             "the trainer and the workers (NCCL on GPUs, gloo on CPU) broadcasting buckets; auto: "
                             "collective when trainer and workers are on GPUs, file on CPU. In-process engines take "
                             "the weights directly.", json_schema_extra=_adv())

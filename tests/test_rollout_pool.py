@@ -73,7 +73,10 @@ def test_pool_pushes_weights_to_every_worker(pool2, tok) -> None:
     after = pool2.generate(prompts, sp)
     assert [[c.token_ids for c in g] for g in after] == [[c.token_ids for c in g] for g in local]
     assert [[c.token_ids for c in g] for g in after] != [[c.token_ids for c in g] for g in before]
+    path = pool2.shared.path  # both workers read one mapped file, rewritten in place by the next update
     pool2.update_weights(AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).named_parameters())
+    assert pool2.shared.path == path and os.path.exists(path)
+    assert [[c.token_ids for c in g] for g in pool2.generate(prompts, sp)] == [[c.token_ids for c in g] for g in before]
 
 
 def test_hung_then_killed_workers_give_clear_errors_and_leave_nothing(pool2, tok) -> None:

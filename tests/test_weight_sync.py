@@ -1,6 +1,7 @@
-"""The collective weight channel (gloo on CPU, the code path NCCL takes on GPUs): buckets pack and unpack
-exactly, two workers that receive weights over the channel sample what an in-process engine with the same
-weights samples, and a worker that dies mid-broadcast gives a RolloutWorkerError naming it, not a hang."""
+"""The shared-memory file channel (read in place across updates) and the collective weight channel (gloo on
+CPU, the code path NCCL takes on GPUs): buckets pack and unpack exactly, two workers that receive weights over
+the channel sample what an in-process engine with the same weights samples, and a worker that dies
+mid-broadcast gives a RolloutWorkerError naming it, not a hang."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from backend.project import PROJECT_ROOT
 from backend.rollout.base import PromptInput, SamplingParams
 from backend.rollout.hf import HFEngine
 from backend.rollout.pool import RolloutPool, start_workers
-from backend.rollout.weight_sync import ALIGN, WeightChannel, pack, plan_buckets, unpack
+from backend.rollout.weight_sync import ALIGN, SharedWeights, WeightChannel, pack, plan_buckets, unpack
 from backend.rollout.worker import RolloutWorkerError, WorkerConfig
 
 TINY = PROJECT_ROOT / "assets/tiny-add"
@@ -55,6 +56,28 @@ def test_pack_unpack_round_trip_is_exact() -> None:
     assert back.keys() == t.keys()
     for k in t:
         assert back[k].dtype == t[k].dtype and torch.equal(back[k], t[k])
+
+
+def test_shared_weights_are_read_in_place_across_updates() -> None:
+    """The "file" channel: a worker's mapping sees each new write without reopening; a new layout needs a new
+    file; closing the trainer's side removes the file."""
+    tensors = _mixed()
+    shared = SharedWeights.create(tensors.items())
+    try:
+        shared.write(tensors)
+        seen = SharedWeights.open(shared.path, shared.bucket)
+        assert all(torch.equal(seen.views[n], t) for n, t in tensors.items())
+        doubled = {n: (t * 2 if t.is_floating_point() else t) for n, t in tensors.items()}
+        assert shared.fits(doubled)
+        shared.write(doubled)
+        assert all(torch.equal(seen.views[n], t) for n, t in doubled.items())
+        assert not shared.fits({**tensors, "w": torch.zeros(50, 31)})
+        assert not shared.fits({n: t for n, t in tensors.items() if n != "flag"})
+        seen.close()
+        assert os.path.exists(shared.path)  # a reader's close leaves the trainer's file
+    finally:
+        shared.close()
+    assert not os.path.exists(shared.path)
 
 
 def test_channel_is_a_group_of_its_own() -> None:
@@ -159,7 +182,7 @@ def test_the_one_check_resolves_and_states_the_weight_path() -> None:
     preset = PROJECT_ROOT / "presets/tiny-cpu.yaml"
     sep = load_spec(preset, ["rollout.placement=separate", "resources.device=cpu"])
     assert weight_sync_mode(sep, on_gpu=False) == "file" and weight_sync_mode(sep, on_gpu=True) == "collective"
-    assert "one safetensors file in shared memory" in "\n".join(plan(sep, Machine(), PROJECT_ROOT).lines)
+    assert "one shared-memory file the workers keep mapped" in "\n".join(plan(sep, Machine(), PROJECT_ROOT).lines)
     coll = load_spec(preset, ["rollout.placement=separate", "resources.device=cpu", "rollout.weight_sync=collective",
                               "rollout.weight_sync_bucket_mb=64", "model.finetune=lora"])
     lines = "\n".join(plan(coll, Machine(), PROJECT_ROOT).lines)

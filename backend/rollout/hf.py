@@ -116,8 +116,6 @@ class HFEngine:
 
     def _decode(self, prompts: list[PromptInput], sp: SamplingParams) -> list[list[Completion]]:
         model = self.model
-        was_training = model.training
-        model.eval()
         device = next(model.parameters()).device
         # one generator per group, so a group samples the same tokens whatever else is in the batch
         gen = [None if p.seed is None else torch.Generator(device=device).manual_seed(p.seed) for p in prompts]
@@ -126,6 +124,13 @@ class HFEngine:
         ids, mask = ids.to(device), mask.to(device)
         media = stack_media([p.multi_modal for p in prompts])
         extra: dict[str, torch.Tensor] = {}
+        # the lean passes read no training flag (they have no dropout): only the model's own forward needs eval
+        # mode, and toggling it walks every module, a cost per rollout comparable to a decode step on tiny models
+        lean_ok = self.lean_decode and self.autocast_dtype is None and media is None and supports(model) \
+            and plain_modules(model)
+        was_training = model.training and not lean_ok
+        if was_training:
+            model.eval()
         if media is None:
             prefill_pos, delta = positions(mask), torch.zeros((len(prompts), 1), dtype=torch.long, device=device)
         else:  # images, videos: M-RoPE positions; text after the prompt is offset by each row's delta (audio: 0)
@@ -133,7 +138,7 @@ class HFEngine:
             extra = forward_media(media, device)
         lean, kv = None, None
         cache = DynamicCache()
-        if self.lean_decode and self.autocast_dtype is None and not extra and supports(model) and plain_modules(model):
+        if lean_ok:
             hidden, kv = lean_layers(model, ids, prefill_pos, attend_mask(mask, 0, ids.shape[1]))
             logits = lean_head(model, hidden[:, -1]).float()
         else:

@@ -7,7 +7,8 @@ Tensor parallelism lives inside an instance (one worker spanning its GPUs), not 
 
 Instances are anything with the engine interface: WorkerHandles (worker.py) in the trainer, plain
 engines in tests. New weights reach the workers one of two ways (`weight_sync`):
-- "file": written once (one shared-memory file) and read by every local worker; inline bytes to a worker
+- "file": written into one shared-memory file that every local worker maps and reads (the same file for every
+  update while the layout stays: weight_sync.SharedWeights); inline bytes to a worker
   reached by URL;
 - "collective": the workers and the trainer form a weight channel (weight_sync.py) on the first update;
   each update sends the metadata to every worker (receive_weights) while this process broadcasts the
@@ -17,7 +18,6 @@ engines in tests. New weights reach the workers one of two ways (`weight_sync`):
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
-from backend.rollout.weight_sync import WeightChannel, outward_address, pick_backend, plan_buckets
-from backend.rollout.worker import RolloutWorkerError, WorkerConfig, WorkerHandle, release, spawn_worker, write_weights
+from backend.rollout.weight_sync import SharedWeights, WeightChannel, outward_address, pick_backend, plan_buckets
+from backend.rollout.worker import RolloutWorkerError, WorkerConfig, WorkerHandle, release, shm_dir, spawn_worker
 
 WEIGHT_SYNC_MODES = ("file", "collective")
 
@@ -72,6 +72,7 @@ class RolloutPool:
         self.bucket_bytes = max(1, int(bucket_mb * 2**20))
         self.channel_timeout_s = channel_timeout_s
         self.channel: WeightChannel | None = None
+        self.shared: SharedWeights | None = None  # the "file" channel to local workers, once weights were pushed
         self.channel_meta_buckets: tuple = ()  # the buckets of the last collective update (for timing and tests)
 
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
@@ -101,23 +102,24 @@ class RolloutPool:
             return
         local = [e for e in self.instances if isinstance(e, WorkerHandle) and e.proc is not None]
         tensors = {n: t.detach().to("cpu").contiguous() for n, t in named_tensors}
-        path = write_weights(tensors) if local else None
-        try:
-            futures = []
-            for e in self.instances:
-                if path is not None and e in local:
-                    futures.append(self._threads.submit(e.update_weights_from_file, path, self.version, adapter=adapter))
-                elif isinstance(e, WorkerHandle):
-                    futures.append(self._threads.submit(e.update_weights, tensors.items(), self.version, adapter))
-                elif adapter is not None:
-                    futures.append(self._threads.submit(e.update_adapter, tensors.items(), adapter, self.version))
-                else:
-                    futures.append(self._threads.submit(e.update_weights, tensors.items()))
-            for f in futures:
-                f.result()
-        finally:
-            if path is not None:
-                os.unlink(path)
+        if local:  # one mapped file for every local worker, kept while the layout stays (weight_sync.SharedWeights)
+            if self.shared is None or not self.shared.fits(tensors):
+                if self.shared is not None:
+                    self.shared.close()
+                self.shared = SharedWeights.create(tensors.items(), shm_dir())
+            self.shared.write(tensors)
+        futures = []
+        for e in self.instances:
+            if e in local:
+                futures.append(self._threads.submit(e.update_weights_shared, self.shared, self.version, adapter))
+            elif isinstance(e, WorkerHandle):
+                futures.append(self._threads.submit(e.update_weights, tensors.items(), self.version, adapter))
+            elif adapter is not None:
+                futures.append(self._threads.submit(e.update_adapter, tensors.items(), adapter, self.version))
+            else:
+                futures.append(self._threads.submit(e.update_weights, tensors.items()))
+        for f in futures:  # every reader is done before the next write
+            f.result()
 
     # ------------------------------------------------------------------ the collective path
 
@@ -183,6 +185,9 @@ class RolloutPool:
         if self.channel is not None:
             self.channel.close()
             self.channel = None
+        if self.shared is not None:
+            self.shared.close()
+            self.shared = None
         for e in self.instances:
             if isinstance(e, WorkerHandle):
                 release(e)

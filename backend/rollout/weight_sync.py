@@ -1,7 +1,7 @@
 """Collective weight channel: the trainer broadcasts new weights to its rollout workers in buckets.
 
-Why: the file path (one safetensors file in /dev/shm, or inline bytes for a worker reached by URL)
-serialises every weight through host memory and the worker protocol. On GPUs the fast path is a
+Why: the file path (`SharedWeights`: one mapped shared-memory file, or inline bytes for a worker reached by
+URL) moves every weight through host memory. On GPUs the fast path is a
 collective between the trainer and the engines, as TRL's vLLM client (vLLM's StatelessProcessGroup +
 PyNcclCommunicator) and verl/OpenRLHF do it. This module builds that collective with torch alone.
 
@@ -25,7 +25,10 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -105,6 +108,52 @@ def pack(bucket: BucketMeta, tensors: dict[str, torch.Tensor], device: torch.dev
 def unpack(bucket: BucketMeta, buf: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     """The bucket's tensors as views into `buf` (no copy)."""
     return [(m.name, buf[m.offset:m.offset + m.nbytes].view(_DTYPES[m.dtype]).view(m.shape)) for m in bucket.tensors]
+
+
+class SharedWeights:
+    """Full weights in one shared-memory file that stays mapped: the "file" channel to local workers.
+
+    The trainer side creates it for a layout (one bucket of `plan_buckets`, so a worker views each tensor in
+    place), writes each update into it and hands the workers its path and layout; a worker maps it once and
+    copies from the views into its engine. Reusing one mapping is what makes an update cheap: a new file per
+    update paid for its fresh pages (page faults and zeroing) at both ends, which for a tiny model cost more
+    than a training step. One writer at a time, and no write while a worker reads: the pool updates every
+    worker and waits for them before the next write."""
+
+    def __init__(self, bucket: BucketMeta, path: str, buf: torch.Tensor, owner: bool):
+        self.bucket, self.path, self.buf, self.owner = bucket, path, buf, owner
+        self.views = dict(unpack(bucket, buf))
+
+    @classmethod
+    def create(cls, named: Iterable[tuple[str, torch.Tensor]], directory: str | None = None) -> SharedWeights:
+        (bucket,) = plan_buckets(named, 1 << 62).buckets
+        fd, path = tempfile.mkstemp(prefix="grpo-weights-", suffix=".bin", dir=directory)
+        os.close(fd)
+        return cls(bucket, path, torch.from_file(path, shared=True, size=max(bucket.nbytes, 1), dtype=torch.uint8),
+                   owner=True)
+
+    @classmethod
+    def open(cls, path: str, bucket: BucketMeta) -> SharedWeights:
+        """A worker's mapping of the trainer's file."""
+        return cls(bucket, path, torch.from_file(path, shared=True, size=max(bucket.nbytes, 1), dtype=torch.uint8),
+                   owner=False)
+
+    def fits(self, tensors: dict[str, torch.Tensor]) -> bool:
+        """Whether `tensors` have this file's names, shapes and dtypes (else a new file is planned)."""
+        return len(tensors) == len(self.views) and all(
+            name in tensors and tensors[name].shape == v.shape and tensors[name].dtype == v.dtype
+            for name, v in self.views.items())
+
+    def write(self, tensors: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for name, view in self.views.items():
+                view.copy_(tensors[name])
+
+    def close(self) -> None:
+        self.views, self.buf = {}, None  # type: ignore[assignment]
+        if self.owner:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
 
 
 def outward_address(peer_host: str) -> str:

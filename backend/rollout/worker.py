@@ -7,14 +7,14 @@ just several workers (see pool.py).
 
 Protocol: `multiprocessing.connection` over TCP with an HMAC auth key. A request is
 `{"op": name, "args": {...}}`, a reply `{"ok": True, "result": ...}` or `{"ok": False, "error": ..., "traceback": ...}`.
-Ops: generate(prompts, sampling) -> list[list[Completion]]; update_weights(path | blob, version, adapter);
+Ops: generate(prompts, sampling) -> list[list[Completion]]; update_weights(shared + bucket | blob, version, adapter);
 init_weight_channel(host, port, world, rank, backend, group_timeout_s); receive_weights(meta, version, adapter)
 (adapter: None for full weights, else a LoRA adapter's peft config, for an engine with update_adapter);
 sleep(level); wake_up(); health() -> dict; close().
 
 Weights travel one of two ways (rollout.weight_sync):
-- file: one safetensors file in shared memory (/dev/shm) for a worker on this machine, or inline
-  safetensors bytes for a worker reached by URL (update_weights);
+- file: a worker on this machine maps the trainer's shared-memory file (/dev/shm; weight_sync.SharedWeights,
+  reused across updates) and copies from it; a worker reached by URL gets inline safetensors bytes (update_weights);
 - collective: the worker joins the trainer's weight channel once (init_weight_channel: a process group
   of its own, NCCL on GPUs, gloo on CPU, see weight_sync.py), then each update is a receive_weights
   op carrying the metadata while the trainer broadcasts the buckets; the engine loads them as they arrive.
@@ -42,7 +42,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -135,20 +134,18 @@ class _Server:
         self.version = 0  # policy version of the weights loaded last
         self.closing = False
         self.channel = None  # the weight channel (weight_sync.WeightChannel) once the trainer sets it up
+        self.shared = None  # the trainer's mapped weights file (weight_sync.SharedWeights), once one arrived
 
     def handle(self, op: str, args: dict[str, Any]) -> Any:
         if op == "generate":
             return self.engine.generate(args["prompts"], args["sampling"])
         if op == "update_weights":
-            if args.get("path"):
-                from safetensors.torch import load_file
-
-                tensors = load_file(args["path"])
+            if args.get("shared"):  # the trainer's mapped file (weight_sync.SharedWeights): mapped once, read in place
+                self._load(self._shared_weights(args["shared"], args["bucket"]).views.items(), args)
             else:
                 from safetensors.torch import load
 
-                tensors = load(args["blob"])
-            self._load(tensors.items(), args)
+                self._load(load(args["blob"]).items(), args)
             return self.version
         if op == "init_weight_channel":
             from backend.rollout.weight_sync import WeightChannel
@@ -177,6 +174,15 @@ class _Server:
             self.closing = True
             return None
         raise ValueError(f"unknown op {op!r}")
+
+    def _shared_weights(self, path: str, bucket):  # noqa: ANN001, ANN202 - weight_sync types, imported lazily
+        from backend.rollout.weight_sync import SharedWeights
+
+        if self.shared is None or self.shared.path != path or self.shared.bucket != bucket:
+            if self.shared is not None:
+                self.shared.close()
+            self.shared = SharedWeights.open(path, bucket)
+        return self.shared
 
     def _load(self, tensors: Iterable[tuple[str, torch.Tensor]], args: dict[str, Any]) -> None:
         """Full weights, or (args["adapter"]: its peft config) a LoRA adapter for an engine that takes one."""
@@ -271,7 +277,7 @@ def _log_tail(path: Path | None, lines: int = 20) -> str:
     return "\n".join(text[-lines:]) or "(empty log)"
 
 
-def _shm_dir() -> str | None:
+def shm_dir() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
@@ -339,22 +345,26 @@ class WorkerHandle:
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0,
                        adapter: dict | None = None) -> None:
-        """New weights (or, with `adapter` = its peft config, a LoRA adapter) as a file or inline bytes."""
+        """New weights (or, with `adapter` = its peft config, a LoRA adapter): through a shared-memory file to a
+        worker this process started (a pool keeps one mapped across updates), inline bytes to one reached by URL."""
         tensors = {n: t.detach().to("cpu").contiguous() for n, t in named_tensors}
-        if self.proc is not None and _shm_dir():
-            self.update_weights_from_file(write_weights(tensors), version, remove=True, adapter=adapter)
+        if self.proc is not None:
+            from backend.rollout.weight_sync import SharedWeights
+
+            shared = SharedWeights.create(tensors.items(), shm_dir())
+            try:
+                shared.write(tensors)
+                self.update_weights_shared(shared, version, adapter)
+            finally:
+                shared.close()
         else:
             from safetensors.torch import save
 
             self.call("update_weights", blob=save(tensors), version=version, adapter=adapter)
 
-    def update_weights_from_file(self, path: str, version: int = 0, remove: bool = False,
-                                 adapter: dict | None = None) -> None:
-        try:
-            self.call("update_weights", path=path, version=version, adapter=adapter)
-        finally:
-            if remove:
-                Path(path).unlink(missing_ok=True)
+    def update_weights_shared(self, shared, version: int = 0, adapter: dict | None = None) -> None:  # noqa: ANN001
+        """Load the weights `shared` (a weight_sync.SharedWeights this process wrote) holds."""
+        self.call("update_weights", shared=shared.path, bucket=shared.bucket, version=version, adapter=adapter)
 
     def init_weight_channel(self, host: str, port: int, world: int, rank: int, backend: str, timeout_s: float) -> None:
         """Join the trainer's weight channel as `rank` (returns once every rank has joined)."""
@@ -418,16 +428,6 @@ class WorkerHandle:
             pass
         if self.proc.poll() is None:
             self.proc.wait(timeout=5.0)
-
-
-def write_weights(tensors: dict[str, torch.Tensor]) -> str:
-    """One safetensors file in shared memory (or the temp dir) for local workers to read; returns its path."""
-    from safetensors.torch import save_file
-
-    fd, path = tempfile.mkstemp(prefix="grpo-weights-", suffix=".safetensors", dir=_shm_dir())
-    os.close(fd)
-    save_file(tensors, path)
-    return path
 
 
 _LIVE: list[WorkerHandle] = []
