@@ -406,6 +406,10 @@ FIELDS: dict[str, tuple[str, str, str]] = {
                                   "关闭策略与参考模型中的 dropout，使首次更新时与采样策略的比率恰为 1，参考模型输出确定。"),
     "algorithm.dynamic_sampling": ("Dynamic sampling", "动态采样", "丢弃奖励全相同的组并补采更多提示（DAPO）。"),
     "algorithm.dynamic_sampling_max_retries": ("Dynamic sampling retries", "动态采样重试次数", "为补满批次而额外采样的轮数。"),
+    "algorithm.skip_solved_prompts": ("Skip solved prompts", "跳过已解出的提示",
+                                      "上次整组都答对的提示再次轮到时以此概率跳过（其组多半奖励全同、无优势），"
+                                      "把采样留给仍能学习的提示；全错的提示从不跳过。0 = 关闭。"),
+    "algorithm.solved_reward": ("Solved reward", "解出奖励", "补全的（加权）奖励达到此值即算解出，供“跳过已解出的提示”使用。"),
     "algorithm.learning_rate": ("Learning rate", "学习率", "峰值学习率（AdamW）。"),
     "algorithm.lr_scheduler": ("LR schedule", "学习率调度", "预热之后的学习率调度方式。"),
     "algorithm.warmup_steps": ("Warmup steps", "预热步数", "线性预热的步数。"),

@@ -266,30 +266,59 @@ def render_prompt(row: dict[str, Any], data: DataSection, tokenizer: Any) -> str
 
 @dataclass
 class PromptSampler:
-    """Epoch-wise shuffled order over n rows; its state (epoch, position) is saved in checkpoints."""
+    """Epoch-wise shuffled order over n rows; its state (epoch, position, solved rows) is saved in checkpoints.
+
+    With `skip_solved` > 0, a row whose last group was solved (`mark`: every completion reached the reward a
+    solved prompt scores) is passed over with that probability each time the order reaches it: its group would
+    most likely score all alike again, which carries no advantage, so the rollout goes to prompts that still teach
+    (as GRESO's selective rollouts). Rows scored all wrong are never skipped: a rare right answer is how they learn.
+    The draw is a fixed function of (seed, epoch, row), so the order is the same however batches are split and a
+    resumed run takes the same prompts."""
 
     n: int
     seed: int
     epoch: int = 0
     pos: int = 0
+    skip_solved: float = 0.0
+    solved: set[int] = field(default_factory=set)
+    skipped: int = 0  # rows passed over so far (a metric; not part of the order)
 
     def _order(self) -> np.ndarray:
         return np.random.default_rng(self.seed + self.epoch).permutation(self.n)
 
+    def _skips(self) -> np.ndarray:
+        """This epoch's uniform draw per row, compared with skip_solved for the solved ones."""
+        return np.random.default_rng([self.seed, self.epoch, 1]).random(self.n)
+
     def take(self, k: int) -> list[int]:
         out: list[int] = []
         order = self._order()
+        draws = self._skips() if self.skip_solved else None
         while len(out) < k:
             if self.pos >= self.n:
                 self.epoch, self.pos = self.epoch + 1, 0
                 order = self._order()
-            take = min(k - len(out), self.n - self.pos)
-            out.extend(order[self.pos:self.pos + take].tolist())
-            self.pos += take
+                draws = self._skips() if self.skip_solved else None
+            row = int(order[self.pos])
+            self.pos += 1
+            if draws is not None and row in self.solved and draws[row] < self.skip_solved:
+                self.skipped += 1
+                continue
+            out.append(row)
         return out
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "pos": self.pos}
+    def mark(self, row: int, solved: bool) -> None:
+        """Record how the row's latest group scored (only kept when skipping is on)."""
+        if not self.skip_solved:
+            return
+        if solved:
+            self.solved.add(row)
+        else:
+            self.solved.discard(row)
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "pos": self.pos, "solved": sorted(self.solved)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch, self.pos = state["epoch"], state["pos"]
+        self.solved = set(state.get("solved", []))  # checkpoints from before skipping existed hold none

@@ -131,11 +131,11 @@ class RolloutSection(Section):
                                     "this for one request counts as hung: the run fails naming it.",
                                     json_schema_extra=_adv())
     weight_sync: Literal["auto", "file", "collective"] = Field(
-        "auto", description="How new weights reach rollout workers after each update. file: one shared-memory file "
-                            "that local workers keep mapped and copy from (inline bytes to a worker reached by URL); collective: a process group of "
-                            "the trainer and the workers (NCCL on GPUs, gloo on CPU) broadcasting buckets; auto: "
-                            "collective when trainer and workers are on GPUs, file on CPU. In-process engines take "
-                            "the weights directly.", json_schema_extra=_adv())
+        "auto", description="How new weights reach rollout workers after each update. file: one shared-memory "
+                            "file that local workers keep mapped and copy from (inline bytes to a worker reached by "
+                            "URL); collective: a process group of the trainer and the workers (NCCL on GPUs, gloo on "
+                            "CPU) broadcasting buckets; auto: collective when trainer and workers are on GPUs, file on "
+                            "CPU. In-process engines take the weights directly.", json_schema_extra=_adv())
     weight_sync_bucket_mb: int = Field(256, ge=1, le=16384, description="Collective weight sync: bucket size in MB "
                                        "(one broadcast each; bigger = fewer calls, more memory).", json_schema_extra=_adv())
     # Names as TRL's GRPOConfig (its clip_max replaced the deprecated _cap); off by default because the default
@@ -254,6 +254,15 @@ class AlgorithmSection(Section):
     dynamic_sampling: bool = Field(False, description="Drop groups whose rewards are all equal and sample more prompts (DAPO).")
     dynamic_sampling_max_retries: int = Field(3, ge=0, le=100, description="Extra sampling rounds to refill the batch.",
                                               json_schema_extra=_adv())
+    skip_solved_prompts: float = Field(
+        0.0, ge=0.0, le=0.99, description="Probability of passing over a prompt whose last group was solved (every "
+                                          "completion's reward >= solved_reward) when the data order reaches it again: "
+                                          "its group would likely score all alike, with no advantage, so the rollout goes "
+                                          "to prompts that still teach (GRESO-style selective rollout). Prompts scored all "
+                                          "wrong are never skipped. 0 = off.")
+    solved_reward: float = Field(1.0, ge=-1e6, le=1e6, description="The (weighted) reward at which a completion counts as "
+                                 "solved, for skip_solved_prompts (1.0 = the top score of the 0/1 correctness rewards).",
+                                 json_schema_extra=_adv())
     learning_rate: float = Field(1e-4, gt=0.0, le=1.0, description="Peak learning rate (AdamW).")
     lr_scheduler: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning-rate schedule after warmup.")
     warmup_steps: int = Field(0, ge=0, le=1000000, description="Linear warmup steps.")

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from backend.launcher import create_run
@@ -66,6 +67,18 @@ def trl_trainer(spec: RunSpec, callbacks: list[Any] | None = None, gpu: bool = F
     )
     return GRPOTrainer(model=model, reward_funcs=rewards, args=cfg, train_dataset=ds, processing_class=tok,
                        callbacks=callbacks or [])
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its live child processes (rollout workers), so far."""
+    total = time.process_time()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            t = child.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:  # exited in between
+            pass
+    return total
 
 
 class StepClock:

@@ -8,8 +8,9 @@ batch, learning rate and schedule (over the preset's max_steps), in float32 with
 and the same time budget. A run ends when its budget is spent or at max_steps, whichever comes first.
 Both trainers are evaluated at the same moments of their training time (the clock stops while evaluating),
 and the figure reported is the gain of the mean of the last 3 evaluations: one lucky evaluation does not count.
-The budget is wall clock; on a shared machine `--clock cpu` budgets this process's CPU time instead (with
-OMP_NUM_THREADS=1 that is what the run would take on a quiet machine). Each run also prints the CPU seconds it got.
+The budget is wall clock; on a shared machine `--clock cpu` budgets CPU time instead: this process's and its
+rollout workers' (with OMP_NUM_THREADS=1 that is what the run would take on a quiet machine with one core).
+Each run also prints the CPU seconds it got.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from backend.eval.greedy import greedy_eval
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.hf import HFEngine
 from backend.spec import RunSpec, load_spec
-from bench.common import ROOT, TINY, run_ours, trl_trainer
+from bench.common import ROOT, TINY, cpu_seconds, run_ours, trl_trainer
 
 LAST = 3  # evaluations averaged at the end
 
@@ -58,13 +59,13 @@ class Budget:
     curve: list[tuple[float, int, float]] = field(default_factory=list)  # (train seconds, step, accuracy)
 
     def now(self) -> float:
-        return time.process_time() if self.clock == "cpu" else time.time()
+        return cpu_seconds() if self.clock == "cpu" else time.time()
 
     def begin(self) -> None:
-        self.start, self.cpu_start = self.now(), time.process_time()
+        self.start, self.cpu_start = self.now(), cpu_seconds()
 
     def cpu(self) -> float:
-        return time.process_time() - self.cpu_start
+        return cpu_seconds() - self.cpu_start
 
     def spent(self) -> float:
         return self.now() - self.start - self.paused

@@ -31,11 +31,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import torch
 
 from backend.spec import RunSpec
-from bench.common import StepClock, param_count, random_model, run_ours, tiny_spec, trl_trainer
+from bench.common import StepClock, cpu_seconds, param_count, random_model, run_ours, tiny_spec, trl_trainer
 
 WARMUP = 3
 PHASES = ("timing/rollout_s", "timing/reward_s", "timing/forward_backward_s", "timing/optimizer_s")
@@ -65,18 +64,6 @@ def shape_spec(shape: Shape, model_dir: Path | None, overrides: list[str]) -> Ru
     if model_dir is not None:
         sets.append(f"model.name_or_path={model_dir}")
     return tiny_spec([*sets, *overrides])
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process and its live child processes (rollout workers), so far."""
-    total = time.process_time()
-    for child in psutil.Process().children(recursive=True):
-        try:
-            t = child.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:  # exited in between
-            pass
-    return total
 
 
 def ours(spec: RunSpec) -> dict[str, float]:

@@ -92,3 +92,26 @@ def test_prompt_sampler_resumes_exactly() -> None:
     b.load_state_dict(state)
     assert b.take(12) == rest
     assert sorted(first + rest[:2]) == list(range(7))  # one epoch covers every row once
+
+
+def test_prompt_sampler_passes_over_solved_rows_and_resumes_exactly() -> None:
+    """skip_solved: rows marked solved are passed over with that probability, rows marked unsolved (all wrong or
+    mixed) never; the draws are a function of (seed, epoch, row), so a resumed sampler takes the same prompts."""
+    plain, skipping = PromptSampler(20, seed=5), PromptSampler(20, seed=5, skip_solved=0.9)
+    for row in range(20):
+        skipping.mark(row, solved=row < 10)
+        plain.mark(row, solved=row < 10)  # kept only when skipping is on
+    assert plain.solved == set() and skipping.solved == set(range(10))
+    taken = skipping.take(60)  # several epochs
+    unsolved = [row for row in taken if row >= 10]
+    counts = [unsolved.count(row) for row in range(10, 20)]
+    assert min(counts) >= 4 and max(counts) - min(counts) <= 1  # never skipped: once per epoch, like the plain order
+    assert len(taken) - len(unsolved) < 15 and skipping.skipped > 0  # about one solved row in ten is taken
+    state = skipping.state_dict()
+    assert state["solved"] == list(range(10))
+    rest = skipping.take(30)
+    again = PromptSampler(20, seed=5, skip_solved=0.9)
+    again.load_state_dict(state)
+    assert again.take(30) == rest
+    skipping.mark(3, solved=False)  # a solved row that failed again is taken every time
+    assert 3 not in skipping.solved

@@ -110,6 +110,23 @@ def test_exact_resume_matches_a_straight_run(tmp_path: Path, extra: list[str]) -
     assert [r["reward"] for r in ra] == pytest.approx([r["reward"] for r in rb], abs=1e-6)
 
 
+def test_skipping_solved_prompts_skips_and_resumes_exactly(tmp_path: Path) -> None:
+    """algorithm.skip_solved_prompts on 8 rows (an epoch every 2 steps): solved prompts are passed over (counted
+    in sampler/skipped_solved) and a stopped run resumes to the straight run's weights, solved set included."""
+    extra = ["algorithm.max_steps=8", "data.limit=8", "algorithm.skip_solved_prompts=0.9", "algorithm.solved_reward=1.0"]
+    straight, _ = train(tmp_path / "a", *extra)
+    skipped = [r["sampler/skipped_solved"] for r in metrics(straight)]
+    assert sum(skipped) > 0
+    part, _ = train(tmp_path / "b", *extra, stop_at=4)
+    resumed = GRPOTrainer(load_spec(part.spec_path), part, ROOT, resume=True)
+    assert resumed.sampler.solved  # the solved set came back with the checkpoint
+    resumed.train()
+    a, b = _final_weights(straight), _final_weights(part)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+    assert [r["sampler/skipped_solved"] for r in metrics(part)] == skipped
+
+
 def test_kill_9_then_resume_has_each_step_once(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -32,7 +32,7 @@ class CheckpointError(RuntimeError):
 class TrainerState:
     step: int
     rollouts_done: int
-    sampler: dict[str, int]
+    sampler: dict[str, Any]
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
     pending: PendingRollout | None
@@ -74,7 +74,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_trainer_state(path: Path, *, step: int, rollouts_done: int, sampler: dict[str, int], optimizer: dict[str, Any],
+def save_trainer_state(path: Path, *, step: int, rollouts_done: int, sampler: dict[str, Any], optimizer: dict[str, Any],
                        scheduler: dict[str, Any], pending: PendingRollout | None, in_flight: list[Rollout],
                        elapsed_s: float) -> None:
     torch.save({

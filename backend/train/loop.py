@@ -108,7 +108,7 @@ class GRPOTrainer:
         eval_data = spec.data.model_copy(update={"limit": 0})  # data.limit is about training rows
         self.eval_rows = load_rows(spec.data.eval_sources, eval_data, a.seed, base_dir) if spec.data.eval_sources else []
         self._prompt_cache: dict[tuple[str, int], Prompt] = {}
-        self.sampler = PromptSampler(len(self.rows), a.seed)
+        self.sampler = PromptSampler(len(self.rows), a.seed, skip_solved=a.skip_solved_prompts)
         self.step = 0
         self.rollouts_done = 0
         self.pending: PendingRollout | None = None
@@ -168,7 +168,11 @@ class GRPOTrainer:
                 key = f"timing/rollout_worker/{t.name}_s"
                 timings[key] = timings.get(key, 0.0) + t.seconds
         timings["reward_s"] = timings.get("reward_s", 0.0) + time.time() - t1
-        return [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
+        scored = [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
+        solved_at = self.spec.algorithm.solved_reward - 1e-9
+        for group in scored:  # what the sampler skips next time (algorithm.skip_solved_prompts)
+            self.sampler.mark(group.row, bool((np.nansum(group.rewards * self.scorer.weights[None, :], axis=1) >= solved_at).all()))
+        return scored
 
     def make_rollout(self, index: int, policy_version: int) -> Rollout:
         if self.engine_sleeps:
@@ -182,6 +186,7 @@ class GRPOTrainer:
     def _make_rollout(self, index: int, policy_version: int) -> Rollout:
         a, P = self.spec.algorithm, self.spec.algorithm.prompts_per_step
         timings: dict[str, float] = {}
+        skipped = self.sampler.skipped
         scored = self._generate_groups(self.sampler.take(P), index, 0, timings)
         dropped = 0
         if a.dynamic_sampling:
@@ -202,6 +207,8 @@ class GRPOTrainer:
         ro.timings.update(timings)
         if a.dynamic_sampling:
             ro.metrics["dynamic_sampling/dropped_groups"] = float(dropped)
+        if a.skip_solved_prompts:
+            ro.metrics["sampler/skipped_solved"] = float(self.sampler.skipped - skipped)
         return ro
 
     def _assemble(self, index: int, policy_version: int, groups: list[ScoredGroup]) -> Rollout:
