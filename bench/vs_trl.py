@@ -15,7 +15,8 @@ second (CPU time over the same steps, of this process and its children such as r
 it, as it holds on a busy shared machine where wall clock swings with the neighbours' load (single-threaded: pin
 OMP_NUM_THREADS=1). With --async two more columns: rollout.async_generation with the engine in this process (a
 sampling thread over a copy of the weights) and with the hf engine in its own worker process (placement
-separate: sampling and training overlap on two cores; its per-CPU-second ratio counts both processes). Printed per
+separate: sampling and training overlap on two cores; its per-CPU-second ratio counts both processes), and TRL run
+with two torch threads, so the two-core worker mode is also compared with TRL's better use of two cores. Printed per
 shape: seconds per step, completion tokens per second, the ratio ours/TRL, the share of our step in each phase
 (from our metrics: rollout, reward, training forward+backward, optimizer, the rest), and the decode loop's time
 per token against the model's bare forward time for one token at that batch size (1.00 = no loop overhead).
@@ -81,10 +82,17 @@ def ours(spec: RunSpec) -> dict[str, float]:
     return res
 
 
-def trl(spec: RunSpec) -> dict[str, float]:
+def trl(spec: RunSpec, threads: int = 0) -> dict[str, float]:
+    """TRL's trainer timed like ours; `threads` > 0 runs it with that many torch threads (then restores)."""
     clock = StepClock()
     trainer = trl_trainer(spec, [clock])
-    trainer.train()
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        trainer.train()
+    finally:
+        torch.set_num_threads(before)
     logs = [h for h in trainer.state.log_history if "reward" in h]
     times = clock.times
     secs = times[-1] - times[WARMUP]
@@ -165,6 +173,8 @@ def main() -> None:
                 w_spec = a_spec.model_copy(deep=True)
                 w_spec.rollout.placement = "separate"  # the hf engine in its own worker process
                 runners["ours-worker"] = lambda s=w_spec: ours(s)
+                # the worker mode uses two cores: TRL gets two torch threads too, and its better run counts
+                runners["trl-2threads"] = lambda s=spec: trl(s, threads=2)
             results: dict[str, list[dict[str, float]]] = {n: [] for n in runners}
             for i in range(args.repeats):
                 for n, fn in runners.items():
@@ -182,6 +192,10 @@ def main() -> None:
                 if mode in med:
                     line += (f" | {label} {med[mode]['tok_per_s'] / med['trl']['tok_per_s']:.2f}x (per CPU second "
                              f"{med[mode]['tok_per_cpu_s'] / med['trl']['tok_per_cpu_s']:.2f}x)")
+            if "trl-2threads" in med:
+                best = max(med["trl"]["tok_per_s"], med["trl-2threads"]["tok_per_s"])
+                line += (f" | TRL with 2 threads {med['trl-2threads']['tok_per_s'] / med['trl']['tok_per_s']:.2f}x its "
+                         f"1-thread speed; worker process vs TRL's best: {med['ours-worker']['tok_per_s'] / best:.2f}x")
             detail = (f"        our step: {shares}  other {100 * med['ours']['other']:.0f}% | decode "
                       f"{dec['decode_ms']:.2f} ms/token vs bare forward {dec['forward_ms']:.2f} ms "
                       f"({dec['forward_ms'] / dec['decode_ms']:.2f} of the limit)")

@@ -258,14 +258,15 @@ class GRPOTrainer:
                 self._note_unscored(name, index)
 
         samples = []
+        reward_list, adv_list, truncated_list = rewards.tolist(), adv.tolist(), truncated.tolist()  # one sync each
         for i, c in enumerate(completions):
             gi = i // G
             samples.append({
                 "group": gi, "prompt": groups[gi].prompt.text, "completion": c.text,
                 "solution": self.rows[groups[gi].row].get("solution"),
                 "rewards": {n: (None if math.isnan(v) else float(v)) for n, v in zip(self.scorer.names, matrix[i])},
-                "reward": rewards[i].item(), "advantage": adv[i].item(),
-                "length": len(c.token_ids), "truncated": bool(truncated[i]),
+                "reward": reward_list[i], "advantage": adv_list[i],
+                "length": len(c.token_ids), "truncated": truncated_list[i],
             })
             if spec.data.images_column:  # the studio shows each group's picture beside it
                 samples[-1]["images"] = media_ref(self.rows[groups[gi].row].get(spec.data.images_column))
