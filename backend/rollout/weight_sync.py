@@ -120,23 +120,23 @@ class SharedWeights:
     than a training step. One writer at a time, and no write while a worker reads: the pool updates every
     worker and waits for them before the next write."""
 
-    def __init__(self, bucket: BucketMeta, path: str, buf: torch.Tensor, owner: bool):
-        self.bucket, self.path, self.buf, self.owner = bucket, path, buf, owner
-        self.views = dict(unpack(bucket, buf))
+    def __init__(self, bucket: BucketMeta, path: str, owner: bool):
+        self.bucket, self.path, self.owner = bucket, path, owner
+        self.buf = torch.from_file(path, shared=True, size=max(bucket.nbytes, 1), dtype=torch.uint8)  # MAP_SHARED
+        self.views = dict(unpack(bucket, self.buf))
 
     @classmethod
     def create(cls, named: Iterable[tuple[str, torch.Tensor]], directory: str | None = None) -> SharedWeights:
+        """The trainer's side: a new file sized for `named` (one bucket), removed again by close()."""
         (bucket,) = plan_buckets(named, 1 << 62).buckets
         fd, path = tempfile.mkstemp(prefix="grpo-weights-", suffix=".bin", dir=directory)
         os.close(fd)
-        return cls(bucket, path, torch.from_file(path, shared=True, size=max(bucket.nbytes, 1), dtype=torch.uint8),
-                   owner=True)
+        return cls(bucket, path, owner=True)
 
     @classmethod
     def open(cls, path: str, bucket: BucketMeta) -> SharedWeights:
         """A worker's mapping of the trainer's file."""
-        return cls(bucket, path, torch.from_file(path, shared=True, size=max(bucket.nbytes, 1), dtype=torch.uint8),
-                   owner=False)
+        return cls(bucket, path, owner=False)
 
     def fits(self, tensors: dict[str, torch.Tensor]) -> bool:
         """Whether `tensors` have this file's names, shapes and dtypes (else a new file is planned)."""
