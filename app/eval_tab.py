@@ -360,9 +360,13 @@ class EvalTab:
 
     @staticmethod
     def _run_handler(fn: Any) -> Any:
+        # Gradio injects the request by its annotation, so every form input is a named parameter (the Data
+        # columns fields in COLUMN_FLAGS order last)
         def handler(lang: str, model: str, data: str, ks: str, n: Any, temp: Any, max_tokens: Any, limit: Any,
-                    seed: Any, rewards: str, request: gr.Request) -> str:
-            return fn(lang, request, model, data, ks, n, temp, max_tokens, limit, seed, rewards)
+                    seed: Any, rewards: str, prompt_column: str, images_column: str, videos_column: str,
+                    audios_column: str, request: gr.Request) -> str:
+            return fn(lang, request, model, data, ks, n, temp, max_tokens, limit, seed, rewards, prompt_column,
+                      images_column, videos_column, audios_column)
         return handler
 
 
