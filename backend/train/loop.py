@@ -169,10 +169,15 @@ class GRPOTrainer:
                 timings[key] = timings.get(key, 0.0) + t.seconds
         timings["reward_s"] = timings.get("reward_s", 0.0) + time.time() - t1
         scored = [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
-        solved_at = self.spec.algorithm.solved_reward - 1e-9
-        for group in scored:  # what the sampler skips next time (algorithm.skip_solved_prompts)
-            self.sampler.mark(group.row, bool((np.nansum(group.rewards * self.scorer.weights[None, :], axis=1) >= solved_at).all()))
+        if self.spec.algorithm.skip_solved_prompts:  # what the sampler skips next time
+            solved_at = self.spec.algorithm.solved_reward - 1e-9
+            for group in scored:
+                self.sampler.mark(group.row, bool((self._totals(group) >= solved_at).all()))
         return scored
+
+    def _totals(self, group: ScoredGroup) -> np.ndarray:
+        """Each completion's weighted reward (None scores count 0, as grpo.combine_rewards)."""
+        return np.nansum(group.rewards * self.scorer.weights[None, :], axis=1)
 
     def make_rollout(self, index: int, policy_version: int) -> Rollout:
         if self.engine_sleeps:
@@ -197,7 +202,7 @@ class GRPOTrainer:
                 if attempt:
                     scored = self._generate_groups(self.sampler.take(P), index, attempt, timings)
                 for group in scored:
-                    total = np.nansum(group.rewards * self.scorer.weights[None, :], axis=1)
+                    total = self._totals(group)
                     (kept if np.ptp(total) > 1e-6 and len(kept) < P else spare).append(group)
                 if len(kept) >= P:
                     break
