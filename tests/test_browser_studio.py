@@ -341,7 +341,7 @@ def test_soak_five_sessions_while_training(env):
         steps_before = RunDir(run.path).read_status().get("step", 0)
         # the module's sync Playwright owns this thread's event loop: the async sessions get their own thread
         with ThreadPoolExecutor(1) as pool:
-            timings, pings = pool.submit(asyncio.run, _soak(env["studio"].url, sessions=5, rounds=3)).result()
+            timings, pings = pool.submit(asyncio.run, _soak(env["studio"].url, sessions=5, rounds=2)).result()
         st = RunDir(run.path).read_status()
         assert RunDir(run.path).state() == "running" and st.get("step", 0) > steps_before  # it trained meanwhile
     finally:
@@ -357,7 +357,7 @@ def test_soak_five_sessions_while_training(env):
                f"studio HTTP latency over {len(pings)} requests: max {max(pings):.3f}s")
     (ARTIFACTS / "soak.txt").write_text(summary + "\n")
     print(summary)
-    assert len(timings) == 5 * 3 * 3
+    assert len(timings) == 5 * 2 * 3
     assert worst < 10.0, summary  # slow under a saturated CPU is tolerated; a stalled page is not
     assert max(pings) < 10.0, summary  # nor a studio request left waiting
 
