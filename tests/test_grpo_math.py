@@ -278,6 +278,7 @@ def test_keep_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them() ->
     each (whose zero-filled pages fault in on every step's reallocation), and freeing them does not hand the
     heap back to the OS. Checked on malloc itself (mallinfo2) in fresh interpreters, since the setting is
     process-wide; the control without it maps the same block. What it saves per step is bench.malloc's figure."""
+    import ctypes
     import subprocess
     import sys
 
@@ -300,7 +301,7 @@ def test_keep_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them() ->
         "arena = libc.mallinfo2().arena\n"
         "for b in blocks:\n    libc.free(b)\n"
         "print(json.dumps({'on': on, 'mapped': mapped, 'kept': libc.mallinfo2().arena >= arena}))\n")
-    if not hasattr(__import__("ctypes").CDLL(None), "mallinfo2"):
+    if not hasattr(ctypes.CDLL(None), "mallinfo2"):
         pytest.skip("glibc before 2.33 has no mallinfo2")
     root = Path(__file__).resolve().parent.parent
     # glibc's own defaults: no MALLOC_* tunables or preloaded allocator from the calling environment
