@@ -5,6 +5,17 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 py="${PYTHON:-.venv/bin/python}"
+case "$py" in */*) py="$(realpath -s "$py")" ;; esac  # a path stays valid after the cd below; a venv's link is kept
+# resolve from a copy of the tracked files: preparing the project's metadata writes grpo_studio.egg-info, which
+# the installs CI runs beside this check write too
+src=$(mktemp -d)
+trap 'rm -rf "$src"' EXIT
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$src" 2>/dev/null || true
+else
+  cp -r pyproject.toml requirements app backend "$src"/
+fi
+cd "$src"
 limit="${PROFILE_TIMEOUT:-600}"
 fail=0
 check() {
