@@ -11,12 +11,10 @@ fi
 stamp=".venv/.installed-$(cat pyproject.toml requirements/cpu.lock | sha1sum | cut -c1-12)-${extras//,/_}"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  # --no-compile: byte-compiling every installed file (torch, transformers, gradio...) was more than half of the
-  # install (3.0 -> 1.3 min here); Python compiles what it imports on first use
   if [ -n "$extras" ]; then
-    .venv/bin/python -m pip install -q --no-compile -c requirements/cpu.lock -e ".[$extras]"
+    .venv/bin/python -m pip install -q -c requirements/cpu.lock -e ".[$extras]"
   else
-    .venv/bin/python -m pip install -q --no-compile -c requirements/cpu.lock -e .
+    .venv/bin/python -m pip install -q -c requirements/cpu.lock -e .
   fi
   touch "$stamp"
 fi

@@ -11,8 +11,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.installed-$(cat pyproject.toml requirements/cpu-vllm.lock | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
-  # --no-compile: as in setup.sh, Python byte-compiles what it imports on first use
-  "$venv/bin/python" -m pip install -q --no-compile -c requirements/cpu-vllm.lock -e ".[cpu-vllm]" "pytest==9.2.0"
+  "$venv/bin/python" -m pip install -q -c requirements/cpu-vllm.lock -e ".[cpu-vllm]" "pytest==9.2.0"
   # the registry's torchvision is a CUDA build that breaks `import vllm` beside the CPU torch; vLLM's text
   # models need none of these
   "$venv/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
