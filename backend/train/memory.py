@@ -17,9 +17,9 @@ def keep_freed_memory() -> bool:
 
     A CPU training step frees and reallocates the same few megabytes every step (gradients after
     zero_grad(set_to_none=True), activations): by default each block over 128 KiB is a fresh mmap whose pages
-    fault in zero-filled, hundreds to thousands of page faults per step for the 2.6 M-parameter model (`bench.malloc`). Blocks up to
-    32 MiB now come from the heap, which keeps up to 1 GiB of freed memory. Returns False (nothing changed)
-    where there is no glibc (macOS, musl)."""
+    fault in zero-filled, hundreds to thousands of page faults per step for the 2.6 M-parameter model
+    (`bench.malloc`). Blocks up to 32 MiB now come from the heap, which keeps up to 1 GiB of freed memory.
+    Returns False (nothing changed) where there is no glibc (macOS, musl)."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
