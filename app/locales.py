@@ -254,6 +254,7 @@ UI: dict[str, dict[str, str]] = {
     "s_group": {"en": "group", "zh": "组"},
     "s_best": {"en": "best in group", "zh": "组内最佳"},
     "s_worst": {"en": "worst in group", "zh": "组内最差"},
+    "s_replayed": {"en": "replayed: a solved completion from an earlier step", "zh": "重放：之前某步解出的补全"},
     # compare
     "compare_runs": {"en": "Runs to compare", "zh": "要对比的运行"},
     "compare_metric": {"en": "Metric", "zh": "指标"},
@@ -409,7 +410,16 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "algorithm.skip_solved_prompts": ("Skip solved prompts", "跳过已解出的提示",
                                       "上次整组都答对的提示再次轮到时以此概率跳过（其组多半奖励全同、无优势），"
                                       "把采样留给仍能学习的提示；全错的提示从不跳过。0 = 关闭。"),
-    "algorithm.solved_reward": ("Solved reward", "解出奖励", "补全的（加权）奖励达到此值即算解出，供“跳过已解出的提示”使用。"),
+    "algorithm.advantage_calibration": ("Advantage calibration", "优势校准",
+                                        "优势校准（NGRPO）：每组的奖励均值与标准差计入一个得分为“解出奖励”的虚拟补全，"
+                                        "使全错的组得到负优势、压低其错误答案（普通 GRPO 从中学不到东西）；全部解出的组仍无优势。"),
+    "algorithm.replay_solved": ("Replay solved completions", "重放已解出的补全",
+                                "成功重放：某提示的一组补全都没达到“解出奖励”时，用该提示上次解出的补全替换组内最后一个，"
+                                "使策略已偏离的提示仍有一个正优势的正确答案（同 ExGRPO、RLEP 的做法）。"
+                                "该补全是离策略的：保留采样它的策略的 logprob。"),
+    "algorithm.solved_reward": ("Solved reward", "解出奖励",
+                                "补全的（加权）奖励达到此值即算解出（最高分，0/1 正确性奖励为 1.0），"
+                                "供“跳过已解出的提示”“重放已解出的补全”与“优势校准”使用。"),
     "algorithm.learning_rate": ("Learning rate", "学习率", "峰值学习率（AdamW）。"),
     "algorithm.lr_scheduler": ("LR schedule", "学习率调度", "预热之后的学习率调度方式。"),
     "algorithm.warmup_steps": ("Warmup steps", "预热步数", "线性预热的步数。"),

@@ -280,7 +280,7 @@ class RunsTab:
         labels = {"prompt": t("s_prompt", lang), "solution": t("s_solution", lang), "completion": t("s_completion", lang),
                   "reward": t("s_reward", lang), "advantage": t("s_adv", lang), "length": t("s_len", lang),
                   "group": t("s_group", lang), "empty": t("samples_none", lang), "best": t("s_best", lang),
-                  "worst": t("s_worst", lang)}
+                  "worst": t("s_worst", lang), "replayed": t("s_replayed", lang)}
         view_html = render_step(cache.step_rows(chosen), flt, labels,
                                 image_uris=lambda refs: thumb_uris(refs, self.config.workspace))
         groups = [(t("hist_first", lang, s=steps[0]), cache.step_rewards(steps[0]))]

@@ -73,7 +73,8 @@ def render_step(rows: list[dict[str, Any]], flt: SampleFilter | None = None, lab
     group's prompt; the caller decides what may be shown (app.media keeps paths inside the workspace)."""
     lab = {"prompt": "prompt", "solution": "solution", "completion": "completion", "reward": "reward",
            "advantage": "adv", "length": "len", "truncated": "truncated", "group": "group",
-           "empty": "No samples match.", "best": "best", "worst": "worst", **(labels or {})}
+           "empty": "No samples match.", "best": "best", "worst": "worst",
+           "replayed": "replayed: a solved completion from an earlier step", **(labels or {})}
     groups = group_rows(rows, flt)
     if not groups:
         return f'<div class="gs-empty">{html.escape(lab["empty"])}</div>'
@@ -107,6 +108,8 @@ def render_step(rows: list[dict[str, Any]], flt: SampleFilter | None = None, lab
             elif spread and rv == worst:
                 cls = "gs-worst"
             trunc = ' <span class="gs-trunc">✂</span>' if r.get("truncated") else ""
+            if r.get("replayed"):  # put back by success replay (algorithm.replay_solved): sampled at an earlier step
+                trunc += f' <span class="gs-replay" title="{html.escape(lab["replayed"])}">↺</span>'
             per_fn = "".join(f"<td>{_fmt((r.get('rewards') or {}).get(n))}</td>" for n in fn_names)
             title = html.escape(lab["best"] if cls == "gs-best" else lab["worst"] if cls == "gs-worst" else "")
             parts.append(f'<tr class="gs-row {cls}" title="{title}"><td><pre>{html.escape(str(r.get("completion", "")))}</pre>'
@@ -132,6 +135,7 @@ SAMPLES_CSS = """
 .gs-best{background:rgba(22,163,74,.14)}
 .gs-worst{background:rgba(220,38,38,.12)}
 .gs-trunc{color:#b45309}
+.gs-replay{color:#2563eb}
 .gs-empty{color:#6b7280;padding:12px}
 .gs-thumbs{display:flex;gap:6px;flex-wrap:wrap;margin:4px 0}
 .gs-thumb{max-width:160px;max-height:160px;border-radius:4px;image-rendering:pixelated}

@@ -260,8 +260,20 @@ class AlgorithmSection(Section):
                                           "its group would likely score all alike, with no advantage, so the rollout goes "
                                           "to prompts that still teach (GRESO-style selective rollout). Prompts scored all "
                                           "wrong are never skipped. 0 = off.")
+    advantage_calibration: bool = Field(
+        False, description="Advantage calibration (NGRPO): count a virtual completion scoring solved_reward in every "
+                           "group's reward mean and std, so a group whose completions all fail gets negative "
+                           "advantages and pushes its wrong answers down, where plain GRPO learns nothing from it; a "
+                           "group that all reach solved_reward still gets none.")
+    replay_solved: bool = Field(
+        False, description="Success replay: when no completion of a prompt's group reaches solved_reward, put the "
+                           "last solved completion sampled for that prompt in place of the group's last one, so a "
+                           "prompt the policy drifted away from still shows a right answer with a positive advantage "
+                           "(as ExGRPO and RLEP replay successes). That completion is off-policy: it keeps the "
+                           "sampling logprobs of the policy that drew it.")
     solved_reward: float = Field(1.0, ge=-1e6, le=1e6, description="The (weighted) reward at which a completion counts as "
-                                 "solved, for skip_solved_prompts (1.0 = the top score of the 0/1 correctness rewards).",
+                                 "solved: the top score (1.0 for the 0/1 correctness rewards), for skip_solved_prompts, "
+                                 "replay_solved and advantage_calibration.",
                                  json_schema_extra=_adv())
     learning_rate: float = Field(1e-4, gt=0.0, le=1.0, description="Peak learning rate (AdamW).")
     lr_scheduler: Literal["constant", "linear", "cosine"] = Field("constant", description="Learning-rate schedule after warmup.")

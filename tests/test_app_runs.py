@@ -114,6 +114,10 @@ def test_render_step_escapes_and_marks_best_and_worst(tmp_path):
     only = group_rows(rows, SampleFilter(text="1+1="))
     assert [g for g, _ in only] == [1]
     assert "No samples" in render_step(rows, SampleFilter(reward_min=100))
+    assert "gs-replay" not in out
+    rows[0]["replayed"] = True  # put back by success replay: marked, with the label as its tooltip
+    marked = render_step(rows, labels={"replayed": "from before"})
+    assert marked.count('class="gs-replay"') == 1 and 'title="from before"' in marked
 
 
 def test_delete_refuses_active_and_outside_runs(tmp_path, monkeypatch):

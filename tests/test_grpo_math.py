@@ -160,6 +160,23 @@ def test_advantages_batch_and_none_scaling() -> None:
     assert adv.tolist() == pytest.approx([-1.5, -0.5, 0.5, 1.5, 0, 0, 0, 0])
 
 
+def test_advantage_calibration_by_hand() -> None:
+    """NGRPO: a virtual reward-1 completion joins each group's mean and std. 8 rewards per group: one right
+    (mean 2/9, unbiased std over 9 = sqrt(126/648)), all right (advantage 0, still skippable), all wrong
+    (mean 1/9, std 1/3: each gets -1/3, where plain GRPO gives 0)."""
+    one = [1.0] + [0.0] * 7
+    adv, std = grpo.group_advantages(torch.tensor(one + [1.0] * 8 + [0.0] * 8), 8, "group", virtual_reward=1.0)
+    s1 = math.sqrt(126 / 648)
+    assert adv[:8].tolist() == pytest.approx([(7 / 9) / (s1 + 1e-4)] + [(-2 / 9) / (s1 + 1e-4)] * 7, rel=1e-5)
+    assert adv[8:16].tolist() == [0.0] * 8
+    assert adv[16:].tolist() == pytest.approx([(-1 / 9) / (1 / 3 + 1e-4)] * 8, rel=1e-5)
+    assert std.tolist() == pytest.approx([math.sqrt(7 / 64 * 8 / 7), 0.0, 0.0], rel=1e-5)  # the real groups' std
+    plain, _ = grpo.group_advantages(torch.tensor(one + [1.0] * 8 + [0.0] * 8), 8, "group")
+    assert plain[16:].tolist() == [0.0] * 8
+    none, _ = grpo.group_advantages(torch.tensor(one), 8, "none", virtual_reward=1.0)
+    assert none.tolist() == pytest.approx([7 / 9] + [-2 / 9] * 7)
+
+
 def test_combine_rewards_treats_none_as_zero() -> None:
     per_fn = torch.tensor([[1.0, float("nan")], [0.5, 2.0]])
     assert grpo.combine_rewards(per_fn, torch.tensor([2.0, 0.5])).tolist() == pytest.approx([2.0, 2.0])

@@ -82,6 +82,29 @@ def test_group_advantages_in_samples_sum_to_zero(tmp_path: Path) -> None:
         assert sum(adv) == pytest.approx(0, abs=1e-4)
 
 
+def test_advantage_calibration_gives_failed_groups_negative_advantages(tmp_path: Path) -> None:
+    """algorithm.advantage_calibration: in the logged samples, a group with no solved completion has every
+    advantage negative and equal (plain GRPO: all zero), a group all solved has zero, and no group sums to zero
+    unless it is all solved."""
+    run, _ = train(tmp_path, "algorithm.max_steps=2", "algorithm.advantage_calibration=true",
+                   "algorithm.solved_reward=1.0", "rewards.functions=[{name: exact_match}]",
+                   "algorithm.prompts_per_step=8")
+    samples = read_jsonl(run.samples_path)[0]
+    groups = {(s["step"], s["group"]) for s in samples}
+    failed = 0
+    for key in groups:
+        rows = [s for s in samples if (s["step"], s["group"]) == key]
+        adv, rew = [s["advantage"] for s in rows], [s["reward"] for s in rows]
+        if max(rew) < 1.0 and min(rew) == max(rew):
+            failed += 1
+            assert max(adv) < 0 and max(adv) == pytest.approx(min(adv))
+        elif min(rew) >= 1.0:
+            assert adv == [0.0] * len(adv)
+        else:
+            assert sum(adv) < 0
+    assert failed  # the tiny model fails some groups outright at the start
+
+
 def _final_weights(run: RunDir) -> dict[str, torch.Tensor]:
     ckpt = run.latest_checkpoint()
     return load_file(next((ckpt / "model").glob("*.safetensors")))
@@ -125,6 +148,32 @@ def test_skipping_solved_prompts_skips_and_resumes_exactly(tmp_path: Path) -> No
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
     assert [r["sampler/skipped_solved"] for r in metrics(part)] == skipped
+
+
+def test_replaying_solved_completions_replays_and_resumes_exactly(tmp_path: Path) -> None:
+    """algorithm.replay_solved on 8 rows at temperature 1.5 (prompts fail again after being solved): replayed
+    completions carry the solved reward and the group's top advantage, are counted in replay/replayed and marked
+    in samples.jsonl, and a stopped run resumes to the straight run's weights, the replay store included."""
+    extra = ["algorithm.max_steps=8", "data.limit=8", "algorithm.replay_solved=true", "rollout.temperature=1.5",
+             "rewards.functions=[{name: exact_match}]"]
+    straight, _ = train(tmp_path / "a", *extra)
+    replayed = [r["replay/replayed"] for r in metrics(straight)]
+    assert sum(replayed) > 0
+    samples = read_jsonl(straight.samples_path)[0]
+    marked = [s for s in samples if s.get("replayed")]
+    assert len(marked) == sum(replayed)
+    for s in marked:
+        group = [o for o in samples if o["step"] == s["step"] and o["group"] == s["group"]]
+        assert s["reward"] == 1.0 and s["advantage"] > 0
+        assert all(o["reward"] == 0.0 and o["advantage"] < 0 for o in group if o is not s)
+    part, _ = train(tmp_path / "b", *extra, stop_at=4)
+    resumed = GRPOTrainer(load_spec(part.spec_path), part, ROOT, resume=True)
+    assert resumed.replay.store  # the store came back with the checkpoint
+    resumed.train()
+    a, b = _final_weights(straight), _final_weights(part)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-5)
+    assert [r["replay/replayed"] for r in metrics(part)] == replayed
 
 
 def test_kill_9_then_resume_has_each_step_once(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ class ScoredGroup:
     prompt: Prompt
     completions: list[Completion]
     rewards: np.ndarray
+    replayed: tuple[int, ...] = ()  # indices of completions put back by success replay (backend.train.replay)
 
 
 @dataclass

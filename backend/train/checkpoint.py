@@ -38,6 +38,7 @@ class TrainerState:
     pending: PendingRollout | None
     in_flight: list[Rollout]  # async: batches sampled ahead, in the order they will be trained
     elapsed_s: float
+    replay: dict[str, Any] | None = None  # success replay's store (backend.train.replay), when it is on
 
 
 def _rollout_to_plain(ro: Rollout | None) -> dict[str, Any] | None:
@@ -76,13 +77,13 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 def save_trainer_state(path: Path, *, step: int, rollouts_done: int, sampler: dict[str, Any], optimizer: dict[str, Any],
                        scheduler: dict[str, Any], pending: PendingRollout | None, in_flight: list[Rollout],
-                       elapsed_s: float) -> None:
+                       elapsed_s: float, replay: dict[str, Any] | None = None) -> None:
     torch.save({
         "format": FORMAT, "step": step, "rollouts_done": rollouts_done, "sampler": sampler,
         "optimizer": optimizer, "scheduler": scheduler, "rng": _rng_state(), "elapsed_s": elapsed_s,
         "pending": None if pending is None else {"rollout": _rollout_to_plain(pending.rollout),
                                                  "iterations_done": pending.iterations_done},
-        "in_flight": [_rollout_to_plain(ro) for ro in in_flight],
+        "in_flight": [_rollout_to_plain(ro) for ro in in_flight], "replay": replay,
     }, path)
 
 
@@ -104,6 +105,7 @@ def load_trainer_state(path: Path) -> TrainerState:
     flight = [] if flight is None else [flight] if isinstance(flight, dict) else flight
     return TrainerState(
         step=raw["step"], rollouts_done=raw["rollouts_done"], sampler=raw["sampler"], optimizer=raw["optimizer"],
-        scheduler=raw["scheduler"], elapsed_s=raw.get("elapsed_s", 0.0), in_flight=[_rollout_from_plain(d) for d in flight],  # type: ignore[misc]
+        scheduler=raw["scheduler"], elapsed_s=raw.get("elapsed_s", 0.0), replay=raw.get("replay"),
+        in_flight=[_rollout_from_plain(d) for d in flight],  # type: ignore[misc]
         pending=None if pending is None else PendingRollout(_rollout_from_plain(pending["rollout"]),  # type: ignore[arg-type]
                                                             pending["iterations_done"]))

@@ -23,18 +23,25 @@ def combine_rewards(per_fn: torch.Tensor, weights: torch.Tensor) -> torch.Tensor
     return torch.nansum(per_fn * weights[None, :], dim=1)
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, scale: str) -> tuple[torch.Tensor, torch.Tensor]:
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: str,
+                     virtual_reward: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Advantage = reward - group mean, divided by the group's std, the batch's std, or 1.
 
     Returns (advantages (B,), per-group std (B / G,)). Groups are consecutive runs of `group_size`.
     The std is the unbiased one (as torch.std and TRL), plus 1e-4 so zero-std groups give 0, not NaN.
+    `virtual_reward` (NGRPO's advantage calibration) adds one virtual completion with that reward to each
+    group's mean and (group-scale) std; it gets no advantage itself. A group all at that reward still gets 0,
+    a group all below it gets negative advantages. The per-group std returned is always the real group's.
     """
     grouped = rewards.view(-1, group_size)
-    mean = grouped.mean(dim=1).repeat_interleave(group_size)
     group_std = grouped.std(dim=1)
+    stats = grouped
+    if virtual_reward is not None:
+        stats = torch.cat([grouped, grouped.new_full((grouped.shape[0], 1), virtual_reward)], dim=1)
+    mean = stats.mean(dim=1).repeat_interleave(group_size)
     adv = rewards - mean
     if scale == "group":
-        adv = adv / (group_std.repeat_interleave(group_size) + 1e-4)
+        adv = adv / (stats.std(dim=1).repeat_interleave(group_size) + 1e-4)
     elif scale == "batch":
         adv = adv / (rewards.std() + 1e-4)
     elif scale != "none":

@@ -57,6 +57,7 @@ from backend.train.builders import (
 from backend.train.checkpoint import load_trainer_state, save_trainer_state
 from backend.train.forward import autocast, completion_logits
 from backend.train.memory import keep_freed_memory
+from backend.train.replay import SolvedReplay
 from backend.train.rollout_queue import RolloutQueue
 from backend.train.signals import STOP
 from backend.train.sinks import make_sinks
@@ -109,6 +110,8 @@ class GRPOTrainer:
         self.eval_rows = load_rows(spec.data.eval_sources, eval_data, a.seed, base_dir) if spec.data.eval_sources else []
         self._prompt_cache: dict[tuple[str, int], Prompt] = {}
         self.sampler = PromptSampler(len(self.rows), a.seed, skip_solved=a.skip_solved_prompts)
+        self.replay = SolvedReplay(a.solved_reward) if a.replay_solved else None
+        self.replayed_count = 0  # completions replayed so far (the step's metric is the difference)
         self.step = 0
         self.rollouts_done = 0
         self.pending: PendingRollout | None = None
@@ -173,6 +176,9 @@ class GRPOTrainer:
             solved_at = self.spec.algorithm.solved_reward - 1e-9
             for group in scored:
                 self.sampler.mark(group.row, bool((self._totals(group) >= solved_at).all()))
+        if self.replay is not None:
+            for group in scored:
+                self.replayed_count += self.replay.apply(group, self._totals)
         return scored
 
     def _totals(self, group: ScoredGroup) -> np.ndarray:
@@ -191,7 +197,7 @@ class GRPOTrainer:
     def _make_rollout(self, index: int, policy_version: int) -> Rollout:
         a, P = self.spec.algorithm, self.spec.algorithm.prompts_per_step
         timings: dict[str, float] = {}
-        skipped = self.sampler.skipped
+        skipped, replayed = self.sampler.skipped, self.replayed_count
         scored = self._generate_groups(self.sampler.take(P), index, 0, timings)
         dropped = 0
         if a.dynamic_sampling:
@@ -214,6 +220,8 @@ class GRPOTrainer:
             ro.metrics["dynamic_sampling/dropped_groups"] = float(dropped)
         if a.skip_solved_prompts:
             ro.metrics["sampler/skipped_solved"] = float(self.sampler.skipped - skipped)
+        if self.replay is not None:
+            ro.metrics["replay/replayed"] = float(self.replayed_count - replayed)
         return ro
 
     def _assemble(self, index: int, policy_version: int, groups: list[ScoredGroup]) -> Rollout:
@@ -240,7 +248,9 @@ class GRPOTrainer:
 
         per_fn = torch.from_numpy(matrix)
         rewards = grpo.combine_rewards(per_fn, self.weights)
-        adv, group_std = grpo.group_advantages(rewards, G, spec.algorithm.scale_rewards)
+        a = spec.algorithm
+        adv, group_std = grpo.group_advantages(rewards, G, a.scale_rewards,
+                                               a.solved_reward if a.advantage_calibration else None)
         lengths = comp_mask.sum(-1).float()
 
         m: dict[str, float] = {
@@ -273,6 +283,8 @@ class GRPOTrainer:
                 "reward": reward_list[i], "advantage": adv_list[i],
                 "length": len(c.token_ids), "truncated": truncated_list[i],
             })
+            if i % G in groups[gi].replayed:  # the studio marks it: sampled at an earlier step
+                samples[-1]["replayed"] = True
             if spec.data.images_column:  # the studio shows each group's picture beside it
                 samples[-1]["images"] = media_ref(self.rows[groups[gi].row].get(spec.data.images_column))
             if spec.data.videos_column:  # the video's file, or its frames (the studio shows the first)
@@ -517,6 +529,7 @@ class GRPOTrainer:
             self.vision.save_pretrained(ckpt / "model")
         save_trainer_state(ckpt / "trainer_state.pt", step=self.step, rollouts_done=self.rollouts_done,
                            sampler=self.sampler.state_dict(), optimizer=optimizer,
+                           replay=None if self.replay is None else self.replay.state_dict(),
                            scheduler=self.scheduler.state_dict(), pending=pending, in_flight=in_flight or [],
                            elapsed_s=self.elapsed())
         if self.entropy_control.adaptive:  # the controller's state, as TRL's entropy_ctrl_state.json
@@ -536,6 +549,8 @@ class GRPOTrainer:
         state = load_trainer_state(ckpt / "trainer_state.pt")  # tensors and plain data only, RNGs restored
         self.step, self.rollouts_done = state.step, state.rollouts_done
         self.sampler.load_state_dict(state.sampler)
+        if self.replay is not None:
+            self.replay.load_state_dict(state.replay or {})  # a run that had replay off stored none
         self.ranks.load_optimizer_state(self.policy, self.optimizer, state.optimizer)
         self.scheduler.load_state_dict(state.scheduler)
         self.pending = self.ranks.shard_pending(state.pending)
