@@ -6,7 +6,8 @@ Accuracy is greedy exact match on assets/data/add_test.jsonl (500 sums never use
 Our run uses presets/tiny-cpu.yaml as shipped (overridable); TRL gets the same model, data, rewards,
 batch, learning rate and schedule (over the preset's max_steps), in float32 without gradient checkpointing,
 and the same time budget; TRL has no counterpart of algorithm.skip_solved_prompts (it samples every prompt in
-turn), so that option is part of what is compared. A run ends when its budget is spent or at max_steps, whichever comes first.
+turn) or algorithm.replay_solved (it learns nothing from a group that all fails), so those options are part of
+what is compared. A run ends when its budget is spent or at max_steps, whichever comes first.
 Both trainers are evaluated at the same moments of their training time (the clock stops while evaluating),
 and the figure reported is the gain of the mean of the last 3 evaluations: one lucky evaluation does not count.
 The budget is wall clock; on a shared machine `--clock cpu` budgets CPU time instead: this process's and its
