@@ -4,7 +4,7 @@
 
 Shapes (prompts x completions, max completion tokens):
     small   2 x 8, <= 16   the shipped tiny model: per-call overhead dominates
-    preset  8 x 8, <= 6    presets/tiny-cpu.yaml as shipped
+    preset  8 x 8, <= 6    presets/tiny-cpu.yaml's model, reward and rollout (replay_solved and skip_solved_prompts off, as in TRL)
     long    8 x 8, <= 128  a random-initialised copy of the tiny model that never stops early
     20m     4 x 8, <= 32   a random-initialised ~20 M-parameter Qwen2 that never stops early: compute dominates
 Random models are made in a temp dir at run time (nothing is downloaded); "never stops" means EOS is a token
@@ -61,8 +61,11 @@ SHAPES = {
 
 
 def shape_spec(shape: Shape, model_dir: Path | None, overrides: list[str]) -> RunSpec:
+    # the objective TRL runs: the preset's replay_solved and skip_solved_prompts change which groups train (work
+    # per step), not how fast a step runs, and TRL has neither
     sets = [f"algorithm.max_steps={shape.steps}", f"algorithm.prompts_per_step={shape.prompts}",
-            f"rollout.num_generations={shape.generations}", f"rollout.max_completion_length={shape.max_tokens}"]
+            f"rollout.num_generations={shape.generations}", f"rollout.max_completion_length={shape.max_tokens}",
+            "algorithm.replay_solved=false", "algorithm.skip_solved_prompts=0"]
     if model_dir is not None:
         sets.append(f"model.name_or_path={model_dir}")
     return tiny_spec([*sets, *overrides])
