@@ -37,10 +37,10 @@ def test_stores_the_first_solved_and_puts_it_back_last_in_a_failed_group() -> No
     assert again.completions[2].text == "c0"
 
 
-def test_solved_reward_is_a_threshold_on_the_weighted_total() -> None:
+def test_solved_at_is_a_threshold_on_the_weighted_total() -> None:
     replay = SolvedReplay(1.0)
-    replay.apply(group(0, [0.5, 0.9999999999]), totals)  # a float sum an ulp short of the top still counts
-    assert 0 in replay.store
+    replay.apply(group(0, [0.5, 1.5]), totals)
+    assert replay.store[0].completion.text == "c1"
     replay = SolvedReplay(2.0)
     assert not replay.apply(group(0, [1.0, 1.5]), totals) and not replay.store
 

@@ -110,7 +110,10 @@ class GRPOTrainer:
         self.eval_rows = load_rows(spec.data.eval_sources, eval_data, a.seed, base_dir) if spec.data.eval_sources else []
         self._prompt_cache: dict[tuple[str, int], Prompt] = {}
         self.sampler = PromptSampler(len(self.rows), a.seed, skip_solved=a.skip_solved_prompts)
-        self.replay = SolvedReplay(a.solved_reward) if a.replay_solved else None
+        # the weighted reward of a solved completion, for skip_solved_prompts and replay_solved: a float sum of
+        # weighted 0/1 scores may miss the top by an ulp
+        self.solved_at = a.solved_reward - 1e-9
+        self.replay = SolvedReplay(self.solved_at) if a.replay_solved else None
         self.replayed_count = 0  # completions replayed so far (the step's metric is the difference)
         self.step = 0
         self.rollouts_done = 0
@@ -173,9 +176,8 @@ class GRPOTrainer:
         timings["reward_s"] = timings.get("reward_s", 0.0) + time.time() - t1
         scored = [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
         if self.spec.algorithm.skip_solved_prompts:  # what the sampler skips next time
-            solved_at = self.spec.algorithm.solved_reward - 1e-9
             for group in scored:
-                self.sampler.mark(group.row, bool((self._totals(group) >= solved_at).all()))
+                self.sampler.mark(group.row, bool((self._totals(group) >= self.solved_at).all()))
         if self.replay is not None:
             for group in scored:
                 self.replayed_count += self.replay.apply(group, self._totals)

@@ -37,7 +37,7 @@ class StoredSolution:
 
 class SolvedReplay:
     def __init__(self, solved_at: float):
-        self.solved_at = solved_at - 1e-9  # a float sum of weighted 0/1 scores may miss the top by an ulp
+        self.solved_at = solved_at  # the weighted reward at which a completion counts as solved
         self.store: dict[int, StoredSolution] = {}
 
     def apply(self, group: ScoredGroup, totals: Callable[[ScoredGroup], np.ndarray]) -> bool:
