@@ -114,7 +114,6 @@ class GRPOTrainer:
         # weighted 0/1 scores may miss the top by an ulp
         self.solved_at = a.solved_reward - 1e-9
         self.replay = SolvedReplay(self.solved_at) if a.replay_solved else None
-        self.replayed_count = 0  # completions replayed so far (the step's metric is the difference)
         self.step = 0
         self.rollouts_done = 0
         self.pending: PendingRollout | None = None
@@ -175,12 +174,14 @@ class GRPOTrainer:
                 timings[key] = timings.get(key, 0.0) + t.seconds
         timings["reward_s"] = timings.get("reward_s", 0.0) + time.time() - t1
         scored = [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
-        if self.spec.algorithm.skip_solved_prompts:  # what the sampler skips next time
+        skip = self.spec.algorithm.skip_solved_prompts
+        if skip or self.replay is not None:
             for group in scored:
-                self.sampler.mark(group.row, bool((self._totals(group) >= self.solved_at).all()))
-        if self.replay is not None:
-            for group in scored:
-                self.replayed_count += self.replay.apply(group, self._totals)
+                totals = self._totals(group)  # as sampled: replay changes the group after this
+                if skip:  # what the sampler skips next time
+                    self.sampler.mark(group.row, bool((totals >= self.solved_at).all()))
+                if self.replay is not None:
+                    self.replay.apply(group, totals)
         return scored
 
     def _totals(self, group: ScoredGroup) -> np.ndarray:
@@ -199,7 +200,7 @@ class GRPOTrainer:
     def _make_rollout(self, index: int, policy_version: int) -> Rollout:
         a, P = self.spec.algorithm, self.spec.algorithm.prompts_per_step
         timings: dict[str, float] = {}
-        skipped, replayed = self.sampler.skipped, self.replayed_count
+        skipped, replayed = self.sampler.skipped, self.replay.replayed if self.replay is not None else 0
         scored = self._generate_groups(self.sampler.take(P), index, 0, timings)
         dropped = 0
         if a.dynamic_sampling:
@@ -223,7 +224,7 @@ class GRPOTrainer:
         if a.skip_solved_prompts:
             ro.metrics["sampler/skipped_solved"] = float(self.sampler.skipped - skipped)
         if self.replay is not None:
-            ro.metrics["replay/replayed"] = float(self.replayed_count - replayed)
+            ro.metrics["replay/replayed"] = float(self.replay.replayed - replayed)
         return ro
 
     def _assemble(self, index: int, policy_version: int, groups: list[ScoredGroup]) -> Rollout:

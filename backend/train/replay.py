@@ -20,7 +20,6 @@ recomputes the old logprobs it is weighted as if sampled now.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +39,12 @@ class SolvedReplay:
     def __init__(self, solved_at: float):
         self.solved_at = solved_at  # the weighted reward at which a completion counts as solved
         self.store: dict[int, StoredSolution] = {}
+        self.replayed = 0  # completions put back so far (a metric; not part of the state)
 
-    def apply(self, group: ScoredGroup, totals: Callable[[ScoredGroup], np.ndarray]) -> bool:
-        """Store the group's first solved completion, or replay its row's stored one into it; True if replayed."""
-        solved = np.flatnonzero(totals(group) >= self.solved_at)
+    def apply(self, group: ScoredGroup, totals: np.ndarray) -> bool:
+        """Store the group's first solved completion, or replay its row's stored one into it; True if replayed.
+        `totals`: each completion's weighted reward, as scored."""
+        solved = np.flatnonzero(totals >= self.solved_at)
         if len(solved):
             k = int(solved[0])
             self.store[group.row] = StoredSolution(group.completions[k], group.rewards[k].copy())
@@ -55,6 +56,7 @@ class SolvedReplay:
         group.completions[last] = stored.completion
         group.rewards[last] = stored.rewards
         group.replayed = (*group.replayed, last)
+        self.replayed += 1
         return True
 
     def state_dict(self) -> dict[str, Any]:
