@@ -8,7 +8,10 @@ Shapes (prompts x completions, max completion tokens):
     long    8 x 8, <= 128  a random-initialised copy of the tiny model that never stops early
     20m     4 x 8, <= 32   a random-initialised ~20 M-parameter Qwen2 that never stops early: compute dominates
 Random models are made in a temp dir at run time (nothing is downloaded); "never stops" means EOS is a token
-past the model's vocabulary, so every completion is max length in both trainers.
+past the model's vocabulary, so every completion is max length in both trainers. A random model's rewards are
+exact_match and a character repetition penalty, which differs between its completions: with exact_match alone
+every group would tie and our loss pass would skip them all (exactly: their gradient is zero), so a compute shape
+would time no training on our side. The share of groups that trained is printed with our step's split.
 
 Both trainers are timed by wall clock between step ends (logging included), after WARMUP steps; the ratio per CPU
 second (CPU time over the same steps, of this process and its children such as rollout workers) is printed beside
@@ -35,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from backend.spec import RunSpec
+from backend.spec import RewardFunction, RunSpec
 from bench.common import StepClock, cpu_seconds, param_count, random_model, run_ours, tiny_spec, trl_trainer
 
 WARMUP = 3
@@ -52,9 +55,11 @@ class Shape:
     model: str = ""  # "" = the shipped tiny model; "copy" / "20m" = random-initialised
 
 
+# steps per run: enough that each timed window lasts seconds (the small shape's step is ~45 ms: 40 steps timed
+# under 2 s, where one scheduler hiccup on a shared host moved the ratio by 0.3)
 SHAPES = {
-    "small": Shape("small", 2, 8, 16, 40),
-    "preset": Shape("preset", 8, 8, 6, 40),
+    "small": Shape("small", 2, 8, 16, 150),
+    "preset": Shape("preset", 8, 8, 6, 100),
     "long": Shape("long", 8, 8, 128, 8, "copy"),
     "20m": Shape("20m", 4, 8, 32, 6, "20m"),
 }
@@ -68,7 +73,15 @@ def shape_spec(shape: Shape, model_dir: Path | None, overrides: list[str]) -> Ru
             "algorithm.replay_solved=false", "algorithm.skip_solved_prompts=0"]
     if model_dir is not None:
         sets.append(f"model.name_or_path={model_dir}")
-    return tiny_spec([*sets, *overrides])
+    spec = tiny_spec([*sets, *overrides])
+    if model_dir is not None:
+        # a random model never answers exactly: with exact_match alone every group's rewards tie, our loss pass
+        # skips them all (exact: their gradient is zero) and only TRL would train. A character repetition
+        # penalty (1 - distinct characters / characters) differs between random completions, so both trainers run
+        # the whole step
+        spec.rewards.functions = [RewardFunction(name="exact_match"),
+                                  RewardFunction(name="repetition", params={"unit": "char", "ngram_size": 1})]
+    return spec
 
 
 def ours(spec: RunSpec) -> dict[str, float]:
@@ -83,6 +96,8 @@ def ours(spec: RunSpec) -> dict[str, float]:
     for k in PHASES:
         res[k] = sum(r.get(k, 0.0) for r in timed) / step
     res["other"] = 1.0 - sum(res[k] for k in PHASES)
+    # groups whose rewards all tie skip our loss pass (exact) but not TRL's: shown, so a shape where none train is seen
+    res["groups_trained"] = 1.0 - sum(r["frac_reward_zero_std"] for r in timed) / len(timed)
     return res
 
 
@@ -206,7 +221,8 @@ def main() -> None:
                 line += (f" | TRL with 2 threads {med['trl-2threads']['tok_per_s'] / med['trl']['tok_per_s']:.2f}x its "
                          f"1-thread speed, ours with 2 threads {med['ours-2threads']['tok_per_s'] / med['trl-2threads']['tok_per_s']:.2f}x "
                          f"TRL's; on two cores, our best mode vs TRL's best: {ours_best / best:.2f}x")
-            detail = (f"        our step: {shares}  other {100 * med['ours']['other']:.0f}% | decode "
+            detail = (f"        our step: {shares}  other {100 * med['ours']['other']:.0f}% (groups with differing "
+                      f"rewards, which train: {100 * med['ours']['groups_trained']:.0f}%) | decode "
                       f"{dec['decode_ms']:.2f} ms/token vs bare forward {dec['forward_ms']:.2f} ms "
                       f"({dec['forward_ms'] / dec['decode_ms']:.2f} of the limit)")
             print(line + "\n" + detail, flush=True)
