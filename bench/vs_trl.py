@@ -24,7 +24,9 @@ use of two cores (the last figure: our fastest mode over TRL's faster run). Prin
 shape: seconds per step, completion tokens per second, the ratio ours/TRL, the share of our step in each phase
 (from our metrics: rollout, reward, training forward+backward, optimizer, the rest), and the decode loop's time
 per token against the model's bare forward time for one token at that batch size (1.00 = no loop overhead).
-TRL runs at its best here: float32 and no gradient checkpointing. Pin OMP_NUM_THREADS=1 for a fair comparison.
+TRL runs without gradient checkpointing, in the spec's dtype like ours: float32 by default (TRL's best at the
+small shapes here), `--set model.dtype=bfloat16` runs both under bf16 autocast over float32 weights (TRL's best at
+the compute-bound shapes on a CPU with AVX512-BF16). Pin OMP_NUM_THREADS=1 for a fair comparison.
 """
 
 from __future__ import annotations
