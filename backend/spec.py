@@ -40,9 +40,9 @@ class ModelSection(Section):
                                 json_schema_extra=_adv())
     lora_targets: list[str] = Field(["all-linear"], description="Module names LoRA wraps; 'all-linear' = every linear layer but the head.")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
-        "float32", description="Weights and compute dtype. float32 takes the lean forward and decode passes; "
-                    "bfloat16 (full fine-tuning: fp32 master weights, bf16 autocast) runs through the model's own "
-                    "forward, fast on GPUs and on CPUs with AVX512-BF16 or AMX.")
+        "float32", description="Weights and compute dtype. bfloat16 with full fine-tuning keeps fp32 master "
+                    "weights under bf16 autocast: fast on GPUs, and on CPUs with AVX512-BF16 or AMX at large "
+                    "batches (small ones: float32 is faster).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.",
                                          json_schema_extra=_adv())
     trust_remote_code: bool = Field(False, description="Allow model code from the model directory.",
