@@ -180,6 +180,12 @@ class ResourcesSection(Section):
                                   json_schema_extra=_adv())
     num_threads: int = Field(0, ge=0, le=1024, description="CPU threads for torch (0 = torch's default).",
                              json_schema_extra=_adv())
+    activation_reuse_mb: int = Field(
+        1024, ge=0, le=1 << 20, description=(
+            "Memory (MB) for keeping the rollout's linear-layer outputs, so the training pass replays them instead of "
+            "recomputing its forward matrix products (about a third of a step's training FLOPs). Applies to the sync "
+            "hf engine on the policy's own float32 weights, on the first update of each batch; a rollout that needs "
+            "more is trained the usual way. 0 = off."), json_schema_extra=_adv())
 
     @property
     def ranks_per_node(self) -> int:

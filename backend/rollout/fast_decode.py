@@ -13,6 +13,7 @@ windows, wrapped or hooked models such as PEFT, ZeRO-3 or offloading, autocast) 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -69,10 +70,14 @@ def _linear(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return F.linear(x, module.weight, module.bias)
 
 
-def _mlp(mlp: torch.nn.Module, h: torch.Tensor, silu: bool) -> torch.Tensor:
+# How a lean pass applies an nn.Linear: `_linear`, or the activation tape's recorder / replay (backend.rollout.tape)
+Linear = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
+
+
+def _mlp(mlp: torch.nn.Module, h: torch.Tensor, silu: bool, linear: Linear = _linear) -> torch.Tensor:
     """Qwen2MLP / LlamaMLP: down(act(gate(h)) * up(h))."""
-    gate = _linear(mlp.gate_proj, h)
-    return _linear(mlp.down_proj, (F.silu(gate) if silu else mlp.act_fn(gate)) * _linear(mlp.up_proj, h))
+    gate = linear(mlp.gate_proj, h)
+    return linear(mlp.down_proj, (F.silu(gate) if silu else mlp.act_fn(gate)) * linear(mlp.up_proj, h))
 
 
 def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
@@ -99,7 +104,7 @@ def attend_mask(keys: torch.Tensor, causal_from: int, queries: int) -> torch.Ten
 
 
 def lean_layers(model, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
-                 past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+                 past: list[tuple[torch.Tensor, torch.Tensor]] | None = None, linear: Linear = _linear
                  ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     """Hidden states (B, L, H) before the final norm, and each layer's (keys, values) including `past`.
     The same operations in the same order as Qwen2Model / LlamaModel's forward with sdpa attention."""
@@ -114,23 +119,23 @@ def lean_layers(model, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
         attn, mlp = layer.self_attn, layer.mlp
         hd = attn.head_dim
         h = rms_norm(x, layer.input_layernorm)
-        q = _linear(attn.q_proj, h).view(B, L, -1, hd).transpose(1, 2)
-        k = _linear(attn.k_proj, h).view(B, L, -1, hd).transpose(1, 2)
-        v = _linear(attn.v_proj, h).view(B, L, -1, hd).transpose(1, 2)
+        q = linear(attn.q_proj, h).view(B, L, -1, hd).transpose(1, 2)
+        k = linear(attn.k_proj, h).view(B, L, -1, hd).transpose(1, 2)
+        v = linear(attn.v_proj, h).view(B, L, -1, hd).transpose(1, 2)
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         if past is not None:
             k, v = torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2)
         kv.append((k, v))
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
                                            enable_gqa=q.shape[1] != k.shape[1])
-        x = x + _linear(attn.o_proj, o.transpose(1, 2).reshape(B, L, -1))
-        x = x + _mlp(mlp, rms_norm(x, layer.post_attention_layernorm), silu)
+        x = x + linear(attn.o_proj, o.transpose(1, 2).reshape(B, L, -1))
+        x = x + _mlp(mlp, rms_norm(x, layer.post_attention_layernorm), silu, linear)
     return x, kv
 
 
-def lean_head(model, x: torch.Tensor) -> torch.Tensor:
+def lean_head(model, x: torch.Tensor, linear: Linear = _linear) -> torch.Tensor:
     """Final norm and LM head: logits for the hidden states x."""
-    return F.linear(rms_norm(x, model.model.norm), model.lm_head.weight, model.lm_head.bias)
+    return linear(model.lm_head, rms_norm(x, model.model.norm))
 
 
 class KVDecoder:
@@ -139,11 +144,13 @@ class KVDecoder:
     kv: each layer's prompt keys and values (P, kv_heads, W, head_dim) from `lean_layers`; mask (B, W) the rows'
     padding mask, B = P * n: each prompt's row repeated n times (a group shares its prompt), straight into the
     buffers without an intermediate copy. first (B, 1): the position of each row's first fed token; the rotary
-    tables for all steps are computed here once (the same numbers per position as one step at a time)."""
+    tables for all steps are computed here once (the same numbers per position as one step at a time).
+    linear: how each nn.Linear is applied (a tape recorder keeps the outputs)."""
 
     def __init__(self, model: torch.nn.Module, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor,
-                 max_new: int, first: torch.Tensor):
+                 max_new: int, first: torch.Tensor, linear: Linear = _linear):
         self.model = model
+        self.linear = linear
         rows, width = mask.shape
         prompts = kv[0][0].shape[0]
         n = rows // prompts
@@ -168,7 +175,7 @@ class KVDecoder:
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (B,) at positions first + (tokens fed so far) -> next-token logits (B, V); appends the tokens'
         keys and values."""
-        inner = self.model.model
+        inner, linear = self.model.model, self.linear
         at, end = self.length, self.length + 1
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
         cos, sin = self.cos[:, :, self.fed:self.fed + 1], self.sin[:, :, self.fed:self.fed + 1]
@@ -178,15 +185,15 @@ class KVDecoder:
             attn = layer.self_attn
             hd = attn.head_dim
             h = rms_norm(x, layer.input_layernorm)
-            q = _linear(attn.q_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
-            k = _linear(attn.k_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
-            self.values[i][:, :, at] = _linear(attn.v_proj, h).view(batch, -1, hd)
+            q = linear(attn.q_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
+            k = linear(attn.k_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
+            self.values[i][:, :, at] = linear(attn.v_proj, h).view(batch, -1, hd)
             q = rope(q, cos, sin)
             self.keys[i][:, :, at] = rope(k, cos, sin)[:, :, 0]
             keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling,
                                                enable_gqa=q.shape[1] != keys.shape[1])
-            x = x + _linear(attn.o_proj, o.transpose(1, 2).reshape(batch, 1, -1))
-            x = x + _mlp(layer.mlp, rms_norm(x, layer.post_attention_layernorm), self.silu)
+            x = x + linear(attn.o_proj, o.transpose(1, 2).reshape(batch, 1, -1))
+            x = x + _mlp(layer.mlp, rms_norm(x, layer.post_attention_layernorm), self.silu, linear)
         self.length, self.fed = end, self.fed + 1
-        return lean_head(self.model, x)[:, -1]
+        return lean_head(self.model, x, linear)[:, -1]

@@ -19,6 +19,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from backend.multimodal import forward_media, media_positions, placeholder_ids, stack_media
 from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
 from backend.rollout.fast_decode import KVDecoder, attend_mask, lean_head, lean_layers, plain_modules, supports
+from backend.rollout.tape import ActivationTape, TapeRecorder, tape_bytes
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -107,14 +108,25 @@ class HFEngine:
             out.extend(self._generate(prompts[i:i + per_chunk], sampling))
         return out
 
+    @torch.no_grad()
+    def generate_taped(self, prompts: list[PromptInput], sampling: SamplingParams, budget_bytes: int
+                       ) -> tuple[list[list[Completion]], ActivationTape | None]:
+        """generate(), and the rollout's activation tape (backend.rollout.tape) when the lean passes ran in float32
+        over one batch and the tape fits in budget_bytes (else None: generate() exactly)."""
+        chunked = self.max_batch and len(prompts) > max(1, self.max_batch // sampling.n)
+        if chunked or self.autocast_dtype is not None or budget_bytes <= 0:
+            return self.generate(prompts, sampling), None
+        return self._decode(group_seeds(prompts, sampling), sampling, budget_bytes)
+
     def _generate(self, prompts: list[PromptInput], sp: SamplingParams) -> list[list[Completion]]:
         if self.autocast_dtype is None:
-            return self._decode(prompts, sp)
+            return self._decode(prompts, sp)[0]
         device = next(self.model.parameters()).device
         with torch.autocast(device_type=device.type, dtype=self.autocast_dtype):
-            return self._decode(prompts, sp)
+            return self._decode(prompts, sp)[0]
 
-    def _decode(self, prompts: list[PromptInput], sp: SamplingParams) -> list[list[Completion]]:
+    def _decode(self, prompts: list[PromptInput], sp: SamplingParams, tape_budget: int = 0
+                ) -> tuple[list[list[Completion]], ActivationTape | None]:
         model = self.model
         device = next(model.parameters()).device
         # one generator per group, so a group samples the same tokens whatever else is in the batch
@@ -138,9 +150,12 @@ class HFEngine:
             extra = forward_media(media, device)
         lean, kv = None, None
         cache = DynamicCache()
+        shape = (len(prompts), ids.shape[1], len(prompts) * sp.n, sp.max_tokens - 1)  # prefill, decode rows, steps
+        recorder = TapeRecorder(model, *shape) if lean_ok and 0 < tape_bytes(model, *shape) <= tape_budget else None
+        lin = {"linear": recorder} if recorder is not None else {}
         if lean_ok:
-            hidden, kv = lean_layers(model, ids, prefill_pos, attend_mask(mask, 0, ids.shape[1]))
-            logits = lean_head(model, hidden[:, -1]).float()
+            hidden, kv = lean_layers(model, ids, prefill_pos, attend_mask(mask, 0, ids.shape[1]), **lin)
+            logits = lean_head(model, hidden[:, -1], **lin).float()
         else:
             out = model(input_ids=ids, attention_mask=mask, position_ids=prefill_pos, past_key_values=cache,
                         use_cache=True, logits_to_keep=1, **extra)  # only the last position samples: no B x Lp x V
@@ -155,7 +170,7 @@ class HFEngine:
         batch = mask.shape[0]
         pos = mask.sum(-1, keepdim=True) - 1 + delta.to(device)  # last prompt position per row
         if kv is not None and sp.max_tokens > 1:  # the prompt rows repeated n times into the decode buffers
-            lean = KVDecoder(model, kv, mask, sp.max_tokens, pos + 1)
+            lean = KVDecoder(model, kv, mask, sp.max_tokens, pos + 1, **lin)
 
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -202,7 +217,7 @@ class HFEngine:
                     group.append(Completion(kept, self.tok.decode(kept, skip_special_tokens=True), "stop",
                                             lps[: end + 1]))
             results.append(group)
-        return results
+        return results, recorder.finish(results) if recorder is not None else None
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         params = dict(self.model.named_parameters())

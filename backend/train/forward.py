@@ -20,6 +20,7 @@ offload) runs through the model's forward. tests/test_forward.py checks logits a
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
@@ -27,6 +28,15 @@ from transformers import DynamicCache
 from backend.multimodal import forward_media, media_positions, stack_media
 from backend.rollout.fast_decode import lean_head, lean_layers, plain_modules, supports
 from backend.rollout.hf import positions
+from backend.rollout.tape import ActivationTape, TapeReplay
+
+
+@dataclass(frozen=True)
+class TapeRows:
+    """The rollout's activation tape for a batch (backend.rollout.tape): each batch row's decode row on it."""
+
+    tape: ActivationTape
+    rows: torch.Tensor  # (B,) long, every entry a row of the tape
 
 
 def _prompt_positions(model, ids: torch.Tensor, mask: torch.Tensor, media: list | None
@@ -48,19 +58,21 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
 
 
 def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor, c_mask: torch.Tensor,
-                      group_size: int | None = None, media: list[dict[str, torch.Tensor] | None] | None = None
-                      ) -> torch.Tensor:
+                      group_size: int | None = None, media: list[dict[str, torch.Tensor] | None] | None = None,
+                      tape: TapeRows | None = None) -> torch.Tensor:
     """(B, Lc, V) logits whose position t predicts completion token t.
 
     p_ids/p_mask: (B, Lp) left padded; c_ids/c_mask: (B, Lc) right padded. With group_size G,
     rows b*G .. b*G+G-1 must share one prompt (and its images). `media`: each row's image inputs
     (backend.multimodal; None for a text row): the vision tower runs once per prompt on the shared path.
+    `tape`: the rows' recorded linear outputs, replayed by the lean pass (the caller checks ActivationTape.valid_for;
+    ignored where the lean pass does not run).
     """
     Lc, Lp = c_ids.shape[1], p_ids.shape[1]
     # plain Qwen2 / Llama: one lean packed pass (an empty prompt, images or a wrapped model: the forward below)
     if not media and lean_supported(model, p_ids.device) and bool((p_mask.sum(1) > 0).all()):
         G = group_size if group_size and p_ids.shape[0] % group_size == 0 else 1
-        return packed_completion_logits(model, p_ids, p_mask, c_ids, c_mask, G)
+        return packed_completion_logits(model, p_ids, p_mask, c_ids, c_mask, G, tape)
     if group_size and group_size > 1 and p_ids.shape[0] % group_size == 0:
         G = group_size
         gp_ids, gp_mask = p_ids[::G], p_mask[::G]
@@ -122,7 +134,7 @@ def rows_per_sequence(group_size: int, fed: int) -> int:
 
 
 def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor,
-                             c_mask: torch.Tensor, group_size: int = 1) -> torch.Tensor:
+                             c_mask: torch.Tensor, group_size: int = 1, tape: TapeRows | None = None) -> torch.Tensor:
     """(B, Lc, V) completion logits from one lean pass over packed sequences, without padding.
 
     A sequence holds one prompt once, then the unpadded completions of k rows of its group one after another
@@ -131,7 +143,8 @@ def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c
     (prompt length + t), so every logit is the plain forward's; the prompt runs once per k rows instead of once
     per row, padded completion tokens not at all, and the whole batch is one pass over the weights (the shared-
     prompt split's second pass and its repeated cache are gone). Logits at padded completion positions (c_mask
-    0) are finite and meaningless, as in the plain forward. Every prompt must have at least one token."""
+    0) are finite and meaningless, as in the plain forward. Every prompt must have at least one token.
+    With `tape` every linear layer's output is the rollout's, gathered per packed slot (TapeReplay)."""
     B, Lc = c_ids.shape
     Lp, dev = p_ids.shape[1], c_ids.device
     fed = (c_mask.sum(1) - 1).clamp(min=0)  # completion tokens fed per row
@@ -160,8 +173,25 @@ def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c
     same = (seg[:, None, :] == -1) | (seg[:, None, :] == seg[:, :, None])
     pad = seg == -2
     mask = (causal & same & ~pad[:, None, :]) | (pad[:, :, None] & (at[:, None, :] == at[:, :, None]))
-    hidden, _ = lean_layers(model, ids, pos, mask[:, None])
+    lin = {} if tape is None else {"linear": _replay(tape, plen, at, in_prompt, flat, t, live, fed, k)}
+    hidden, _ = lean_layers(model, ids, pos, mask[:, None], **lin)
     # logit t of row r comes from the token before it: the prompt's last for t = 0, completion token t-1 after
     src = torch.where(t == 0, plen[row_seq][:, None] - 1, slot - 1)
     src = torch.where((t == 0) | (t - 1 < fed[:, None]), src, plen[row_seq][:, None] - 1)  # unscored: any finite
-    return lean_head(model, hidden.reshape(N * S, -1)[row_seq[:, None] * S + src])
+    return lean_head(model, hidden.reshape(N * S, -1)[row_seq[:, None] * S + src], **lin)
+
+
+def _replay(tape: TapeRows, plen: torch.Tensor, at: torch.Tensor, in_prompt: torch.Tensor, flat: torch.Tensor,
+            t: torch.Tensor, live: torch.Tensor, fed: torch.Tensor, k: int) -> TapeReplay:
+    """The tape rows of packed_completion_logits's slots (N, S) and of its head positions (B, Lc): a prompt slot
+    is its prompt's prefill column, completion token t of a row its decode step t; logit t is the prefill's last
+    (t = 0) or decode step t - 1's. Padding and unscored positions take a valid row (finite, never read)."""
+    tp, rows = tape.tape, tape.rows.to(at.device)
+    W, P, B = tp.width, tp.prompts, tp.rows
+    prow = rows // tp.n  # each batch row's prompt on the tape
+    index = torch.where(in_prompt, prow[::k, None] * W + (W - plen[:, None] + at), 0)  # a sequence's prompt: its first row's
+    decode = P * W + t * B + rows[:, None]
+    index = index.reshape(-1).index_put((flat,), decode[live]).view(at.shape)
+    head = torch.where(t == 0, prow[:, None], P + (t - 1) * B + rows[:, None])
+    head = torch.where((t == 0) | (t - 1 < fed[:, None]), head, prow[:, None])
+    return TapeReplay(tp, index, head)

@@ -55,7 +55,7 @@ from backend.train.builders import (
     merge_lora_state,
 )
 from backend.train.checkpoint import load_trainer_state, save_trainer_state
-from backend.train.forward import autocast, completion_logits
+from backend.train.forward import TapeRows, autocast, completion_logits, lean_supported
 from backend.train.memory import keep_freed_memory
 from backend.train.replay import SolvedReplay
 from backend.train.rollout_queue import RolloutQueue
@@ -104,6 +104,10 @@ class GRPOTrainer:
         self.async_counts = {"async/waited": 0, "async/dropped": 0}  # batches held back / resampled by the bound
         self.scorer = RewardScorer(spec.rewards, base_dir=base_dir, device=str(self.device))
         self.weights = torch.tensor(self.scorer.weights)
+        # the sync engine samples with the policy's own float32 weights: its linear outputs are the training
+        # forward's (backend.rollout.tape), kept within this budget
+        self.tape_budget = spec.resources.activation_reuse_mb << 20 if isinstance(self.engine, HFEngine) \
+            and self.engine_shares_policy and self.autocast_dtype is None and self.ranks.world == 1 else 0
 
         self.rows = load_rows(spec.data.sources, spec.data, a.seed, base_dir)
         eval_data = spec.data.model_copy(update={"limit": 0})  # data.limit is about training rows
@@ -161,8 +165,11 @@ class GRPOTrainer:
         G = self.spec.rollout.num_generations
         prompts = [self._prompt(i, self.rows, "train") for i in row_ids]
         t0 = time.time()
-        groups = self.engine.generate([PromptInput(p.ids, p.media or {}, raw_media=p.raw_media) for p in prompts],
-                                      self._sampling(index, attempt, G))
+        inputs = [PromptInput(p.ids, p.media or {}, raw_media=p.raw_media) for p in prompts]
+        if self.tape_budget:
+            groups, tape = self.engine.generate_taped(inputs, self._sampling(index, attempt, G), self.tape_budget)
+        else:
+            groups, tape = self.engine.generate(inputs, self._sampling(index, attempt, G)), None
         t1 = time.time()
         matrix = self.scorer.score([p.text for p in prompts for _ in range(G)], [c.text for g in groups for c in g],
                                    [self.rows[i] for i in row_ids for _ in range(G)],
@@ -173,7 +180,8 @@ class GRPOTrainer:
                 key = f"timing/rollout_worker/{t.name}_s"
                 timings[key] = timings.get(key, 0.0) + t.seconds
         timings["reward_s"] = timings.get("reward_s", 0.0) + time.time() - t1
-        scored = [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G]) for k, (i, g) in enumerate(zip(row_ids, groups))]
+        scored = [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G], tape=tape)
+                  for k, (i, g) in enumerate(zip(row_ids, groups))]
         skip = self.spec.algorithm.skip_solved_prompts
         if skip or self.replay is not None:
             for group in scored:
@@ -295,8 +303,14 @@ class GRPOTrainer:
             if spec.data.audios_column:
                 samples[-1]["audios"] = media_ref(self.rows[groups[gi].row].get(spec.data.audios_column))
         media = [g.prompt.media for g in groups for _ in range(G)]
-        return Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
-                       adv, m, samples, media=media if any(x is not None for x in media) else None)
+        ro = Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
+                     adv, m, samples, media=media if any(x is not None for x in media) else None)
+        tapes = {id(g.tape): g.tape for g in groups if g.tape is not None}
+        if tapes:  # dynamic sampling's retries: the tape of the most groups (the others' rows train as usual)
+            ro.tape = max(tapes.values(), key=lambda tp: sum(g.tape is tp for g in groups))
+            ro.tape_rows = torch.tensor([ro.tape.row(c) if g.tape is ro.tape else -1
+                                         for g in groups for c in g.completions])
+        return ro
 
     def _note_unscored(self, name: str, rollout_index: int) -> None:
         """A reward that scored nothing in a whole batch gives no signal: say so in status.json (the dashboard
@@ -312,15 +326,47 @@ class GRPOTrainer:
     # ------------------------------------------------------------------ loss
 
     def _logps(self, model, ro: Rollout, sl: slice | torch.Tensor, want_entropy: bool = False,
-               entropy_grad: bool = False):
+               entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Per-token logprobs of the completions (B, T) and, when wanted, per-token entropies (B, T), with a
-        gradient only when the loss has an entropy bonus. `sl` selects rows: a slice or an index tensor."""
+        gradient only when the loss has an entropy bonus. `sl` selects rows: a slice, or an index tensor of whole
+        groups. Rows on the rollout's activation tape replay its linear outputs (backend.rollout.tape)."""
+        group = None if self.spec.model.gradient_checkpointing else self.spec.rollout.num_generations
+        taped = self._taped_rows(model, ro, sl)
+        if taped is None:
+            return self._rows_logps(model, ro, sl, group, None, want_entropy, entropy_grad)
+        if bool(taped.all()):
+            return self._rows_logps(model, ro, sl, group, TapeRows(ro.tape, ro.tape_rows[sl]), want_entropy,
+                                    entropy_grad)
+        # some rows are not on the tape (put back by success replay): they run the usual pass; neither part is
+        # whole groups, so neither shares prompts
+        idx = torch.arange(ro.completion_ids.shape[0])[sl]
+        on, off = taped.nonzero().squeeze(1), (~taped).nonzero().squeeze(1)
+        a = self._rows_logps(model, ro, idx[on], None, TapeRows(ro.tape, ro.tape_rows[idx[on]]), want_entropy,
+                             entropy_grad)
+        b = self._rows_logps(model, ro, idx[off], None, None, want_entropy, entropy_grad)
+        back = torch.argsort(torch.cat([on, off]))  # the rows in `sl`'s order again
+        logps = torch.cat([a[0], b[0]])[back]
+        ent = torch.cat([a[1], b[1]])[back] if a[1] is not None and b[1] is not None else None
+        return logps, ent
+
+    def _taped_rows(self, model, ro: Rollout, sl: slice | torch.Tensor) -> torch.Tensor | None:
+        """Which of the rows in `sl` may replay the rollout's tape (bool), or None when none may: the tape is
+        there, `model` is the policy it was recorded with and unchanged since, and the lean pass runs."""
+        tape = ro.tape
+        if tape is None or ro.media is not None or self.autocast_dtype is not None or not tape.valid_for(model) \
+                or not lean_supported(model, self.device):
+            return None
+        taped = ro.tape_rows[sl] >= 0
+        return taped if bool(taped.any()) else None
+
+    def _rows_logps(self, model, ro: Rollout, sl: slice | torch.Tensor, group: int | None, tape: TapeRows | None,
+                    want_entropy: bool, entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         d = self.device
         p_ids, p_mask = ro.prompt_ids[sl].to(d), ro.prompt_mask[sl].to(d)
         c_ids, c_mask = ro.completion_ids[sl].to(d), ro.completion_mask[sl].to(d)
-        group = None if self.spec.model.gradient_checkpointing else self.spec.rollout.num_generations
         with autocast(d, self.autocast_dtype):
-            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=_rows_of(ro.media, sl))
+            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=_rows_of(ro.media, sl),
+                                       tape=tape)
         logits = logits.float() / self.spec.rollout.temperature
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
@@ -387,6 +433,7 @@ class GRPOTrainer:
                 and zero_advantage_skippable(a))
         ent_sum = ent_tokens = 0.0
         trained = 0  # micro-batches that ran
+        rows_run = rows_replayed = 0  # completions through the loss pass, and those that replayed the tape
         t0 = time.time()
         for i in range(0, B, mb):
             sl = slice(i, i + mb)
@@ -394,6 +441,10 @@ class GRPOTrainer:
             if rows is None:
                 continue
             trained += 1
+            if ro.tape is not None:
+                taped = self._taped_rows(self.policy, ro, rows)
+                rows_run += len(ro.tape_rows[rows])
+                rows_replayed += 0 if taped is None else int(taped.sum())
             logps, ent = self._logps(self.policy, ro, rows, want_entropy=True, entropy_grad=control.enabled)
             mask = ro.loss_mask[rows].to(self.device)
             old = ro.old_logps[rows].to(self.device) if ro.old_logps is not None else logps.detach()
@@ -436,6 +487,9 @@ class GRPOTrainer:
         if a.beta == 0:
             acc.pop("kl")
         self.last_timings = {"forward_backward_s": t1 - t0, "optimizer_s": time.time() - t1}
+        if ro.tape is not None:  # valid for this update only (the weights just changed): free it
+            acc["activation_reuse/replayed"] = rows_replayed / rows_run if rows_run else 0.0
+            ro.tape = ro.tape_rows = None
         return self.ranks.reduce_metrics(acc)
 
     # ------------------------------------------------------------------ weights, eval, checkpoints
