@@ -4,7 +4,8 @@ Each prompt is prefilled once and its cache repeated n times (a group shares its
 then all sequences decode together until every one has produced EOS or hit max_tokens.
 The loop is hand-written rather than `model.generate` because it also returns the sampling
 policy's per-token logprobs at no extra cost and has less per-token overhead on tiny models.
-For Llama-family models the prefill and the decode steps skip transformers' per-call machinery (fast_decode);
+For Llama-family models the prefill and the decode steps skip transformers' per-call machinery (fast_decode),
+and `generate_taped` also records their linear outputs for the trainer to replay (backend.rollout.tape);
 torch.compile of the decode step was measured and left out: on this CPU it cost 140 s of compilation
 (2 busy cores) to save about 15% of a preset rollout, which no short run pays back.
 """

@@ -15,6 +15,8 @@ transformers' forward costs several milliseconds of Python per call (mask buildi
 small models is most of the training step. Everything else (PEFT / LoRA, images, sliding windows, attention
 dropout in training, gradient checkpointing, autocast, module hooks such as DeepSpeed ZeRO-3's or accelerate's
 offload) runs through the model's forward. tests/test_forward.py checks logits and gradients against it.
+With a `TapeRows` the lean pass replays the rollout's recorded linear outputs instead of recomputing them
+(backend.rollout.tape; tests/test_tape.py): a sync rollout on the policy's own weights already ran this forward.
 """
 
 from __future__ import annotations
