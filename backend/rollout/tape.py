@@ -100,10 +100,6 @@ class ActivationTape:
         """The completion's decode row, -1 when it was not sampled in this rollout."""
         return self.row_of.get(id(completion), -1)
 
-    def first(self, module: torch.nn.Module) -> int:
-        """Rows before decode step 0 in the module's outputs: the prefill's."""
-        return self.prompts if module is self.model().lm_head else self.prompts * self.width
-
 
 class ReplayLinear(torch.autograd.Function):
     """F.linear(x, weight, bias) whose forward returns the recorded output `y` (no matrix product) and whose
