@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.hooks import RemovableHandle
 
+from backend import gemm
+
 ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM")
 
 
@@ -66,8 +68,9 @@ def plain_modules(model: torch.nn.Module) -> bool:
 
 
 def _linear(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """An nn.Linear's output without the module call (its hooks are excluded by plain_modules)."""
-    return F.linear(x, module.weight, module.bias)
+    """An nn.Linear's output without the module call (its hooks are excluded by plain_modules); large products
+    through oneDNN (backend.gemm)."""
+    return gemm.linear(x, module.weight, module.bias)
 
 
 # How a lean pass applies an nn.Linear: `_linear`, or the activation tape's recorder / replay (backend.rollout.tape)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from backend.gemm import linear_backward, linear_into
 from backend.rollout.base import Completion
 
 
@@ -62,11 +63,7 @@ class TapeRecorder:
             self.outputs[module], self.filled[module] = buf, 0
         at = self.filled[module]
         out = buf[at:at + flat.shape[0]]
-        # F.linear's own product (addmm / mm over the flattened rows), written in place: no copy
-        if module.bias is not None:
-            torch.addmm(module.bias, flat, module.weight.t(), out=out)
-        else:
-            torch.mm(flat, module.weight.t(), out=out)
+        linear_into(out, flat, module.weight, module.bias)  # the lean passes' own product, written in place
         self.filled[module] = at + flat.shape[0]
         return out.view(*x.shape[:-1], module.out_features)
 
@@ -103,7 +100,8 @@ class ActivationTape:
 
 class ReplayLinear(torch.autograd.Function):
     """F.linear(x, weight, bias) whose forward returns the recorded output `y` (no matrix product) and whose
-    backward is the linear's: grad_x = grad_y W, grad_W = grad_y^T x, grad_b = sum grad_y."""
+    backward is the linear's (backend.gemm.linear_backward: grad_x = grad_y W, grad_W = grad_y^T x, grad_b = sum
+    grad_y, large products through oneDNN)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # noqa: ANN001
@@ -115,11 +113,7 @@ class ReplayLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # noqa: ANN001, ANN205
         x, weight = ctx.saved_tensors
-        g = grad.reshape(-1, grad.shape[-1])
-        gx = (g @ weight).view(*grad.shape[:-1], weight.shape[1]) if ctx.needs_input_grad[0] else None
-        gw = g.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
-        gb = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return gx, gw, gb, None
+        return *linear_backward(grad, x, weight, ctx.has_bias, ctx.needs_input_grad[:3]), None
 
 
 class TapeReplay:
