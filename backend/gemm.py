@@ -4,15 +4,16 @@ torch runs a float32 `F.linear` or `a @ b` on a CPU through its BLAS (MKL in the
 takes a generic code path, while the oneDNN library in the same torch build picks its kernels by the CPU's
 instruction set (AVX-512 where present). Measured on this project's AMD EPYC hosts, single thread
 (`python -m bench.gemm` prints the table for the host it runs on):
-- products with many rows and a small reduction (the training pass's `x W^T` and its input gradient `dY W`,
+- products with many rows and a short reduction (the training pass's `x W^T` and its input gradient `dY W`,
   thousands of rows): oneDNN 1.2-1.6x faster on one host, up to 2.2x on another;
-- the weight gradient `dY^T X` (a reduction over thousands of rows) and products of a few rows (decoding, 16-64
-  rows): as fast or slower, so they stay with torch.
-- decode products of a larger model (32 rows x 512 x 1536, 25 M multiply-adds): oneDNN about 1.1x.
+- decode products of a larger model (32 rows x 512 x 1536, 25 M multiply-adds): oneDNN about 1.1x;
+- small decode products (16-64 rows of the tiny model) and weight gradients `dY^T X` summed over thousands of
+  rows: even, or torch faster.
 So `linear` and `mm` take oneDNN for products of at least MIN_ROWS output rows or MIN_MACS multiply-adds whose
-reduction is at most MAX_REDUCTION long, and torch's own product for everything else. The choice is a function of the shapes alone,
-never of timing, so a run and its resumption compute the same numbers. oneDNN's results are float32 in another
-summation order: they differ from torch's by float32 rounding (relative 1e-6), as two BLAS libraries do.
+reduction is at most MAX_REDUCTION long, and torch's own product for everything else. The choice is a function
+of the shapes alone, never of timing, so a run and its resumption compute the same numbers. oneDNN's results are
+float32 in another summation order: they differ from torch's by float32 rounding (relative 1e-6), as two BLAS
+libraries do.
 
 Falls back to torch, bit for bit, off the CPU, for other dtypes, under autocast, where the build has no oneDNN
 linear (probed once) and after `set_enabled(False)`. Imports torch only: the lean passes (rollout.fast_decode)
@@ -85,8 +86,8 @@ def linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: 
 
 
 class _Linear(torch.autograd.Function):
-    """F.linear through oneDNN; its backward's input gradient (many rows) through `mm`, the weight gradient (a
-    reduction over the rows) through torch."""
+    """F.linear through oneDNN, and its backward's products through `mm` (which picks per product: a weight
+    gradient summed over thousands of rows stays with torch)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:  # noqa: ANN001
