@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from backend import gemm
-from bench.common import random_model, run_ours
-from bench.vs_trl import SHAPES, WARMUP, Shape, shape_spec
+from bench.common import run_ours
+from bench.vs_trl import SHAPES, WARMUP, Shape, shape_model, shape_spec
 
 # (label, rows, reduction, columns) of a @ b with a (rows, reduction), b (reduction, columns)
 PRODUCTS = [
@@ -77,12 +77,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-gemm-") as tmp:
         for name in args.shapes:
             shape: Shape = SHAPES[name]
-            model_dir = None
-            if shape.model == "copy":
-                model_dir = random_model(Path(tmp) / "copy")
-            elif shape.model == "20m":
-                model_dir = random_model(Path(tmp) / "20m", hidden=512, layers=6, intermediate=1536, heads=8)
-            spec = shape_spec(shape, model_dir, [])
+            spec = shape_spec(shape, shape_model(shape, Path(tmp)), [])
             times: dict[bool, list[float]] = {True: [], False: []}
             for _ in range(args.repeats):
                 for on in (True, False):

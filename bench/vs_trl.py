@@ -67,6 +67,15 @@ SHAPES = {
 }
 
 
+def shape_model(shape: Shape, tmp: Path) -> Path | None:
+    """The shape's random-initialised model, made under `tmp`; None for the shipped tiny model."""
+    if shape.model == "copy":
+        return random_model(tmp / "copy")
+    if shape.model == "20m":
+        return random_model(tmp / "20m", hidden=512, layers=6, intermediate=1536, heads=8)
+    return None
+
+
 def shape_spec(shape: Shape, model_dir: Path | None, overrides: list[str]) -> RunSpec:
     # the objective TRL runs: the preset's replay_solved and skip_solved_prompts change which groups train (work
     # per step), not how fast a step runs, and TRL has neither
@@ -176,11 +185,7 @@ def main() -> None:
             shape = SHAPES[name]
             if args.steps:
                 shape = Shape(shape.name, shape.prompts, shape.generations, shape.max_tokens, args.steps, shape.model)
-            model_dir = None
-            if shape.model == "copy":
-                model_dir = random_model(Path(tmp) / "copy")
-            elif shape.model == "20m":
-                model_dir = random_model(Path(tmp) / "20m", hidden=512, layers=6, intermediate=1536, heads=8)
+            model_dir = shape_model(shape, Path(tmp))
             spec = shape_spec(shape, model_dir, args.overrides)
             params = param_count(model_dir) if model_dir else None
             print(f"== {name}: {shape.prompts} x {shape.generations} completions of <= {shape.max_tokens} tokens, "

@@ -6,8 +6,9 @@ once per micro-batch. `lean_layers` runs the model's own weight tensors (no copi
 in the same order as its forward (fused RMSNorm, rotary embedding from the model's own module, scaled dot-product
 attention with one boolean mask, MLP, head); it is differentiable, so the trainer's forward uses it too
 (backend.train.forward). The hf engine prefills with it and decodes with `KVDecoder`: the cache as preallocated
-tensors, the padding mask as one boolean table. The numbers are the model's (tests/test_engine_hf.py and
-tests/test_forward.py compare against its forward). Anything it does not cover (other architectures, sliding
+tensors, the padding mask as one boolean table, each step's attention over the cache in one pass on a CPU
+(backend.rollout.decode_attention). The numbers are the model's up to float32 rounding (tests/test_engine_hf.py
+and tests/test_forward.py compare against its forward). Anything it does not cover (other architectures, sliding
 windows, wrapped or hooked models such as PEFT, ZeRO-3 or offloading, autocast) runs through the model's forward.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from torch.utils.hooks import RemovableHandle
 
 from backend import gemm
+from backend.rollout import decode_attention
 
 ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM")
 
@@ -182,7 +184,6 @@ class KVDecoder:
         at, end = self.length, self.length + 1
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
         cos, sin = self.cos[:, :, self.fed:self.fed + 1], self.sin[:, :, self.fed:self.fed + 1]
-        mask = self.attend[:, None, None, :end]
         batch = x.shape[0]
         for i, layer in enumerate(inner.layers):
             attn = layer.self_attn
@@ -193,10 +194,8 @@ class KVDecoder:
             self.values[i][:, :, at] = linear(attn.v_proj, h).view(batch, -1, hd)
             q = rope(q, cos, sin)
             self.keys[i][:, :, at] = rope(k, cos, sin)[:, :, 0]
-            keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=attn.scaling,
-                                               enable_gqa=q.shape[1] != keys.shape[1])
-            x = x + linear(attn.o_proj, o.transpose(1, 2).reshape(batch, 1, -1))
+            o = decode_attention.attention(q, self.keys[i], self.values[i], self.attend, end, attn.scaling)
+            x = x + linear(attn.o_proj, o)
             x = x + _mlp(layer.mlp, rms_norm(x, layer.post_attention_layernorm), self.silu, linear)
         self.length, self.fed = end, self.fed + 1
         return lean_head(self.model, x, linear)[:, -1]
