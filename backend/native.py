@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 SOURCES = Path(__file__).resolve().parent / "csrc"
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared")
-OPENMP = "-fopenmp"  # dropped, with a single-threaded build, where the compiler has no OpenMP (Apple's clang)
+OPENMP = "-fopenmp"  # the kernels' threads; a build without it runs single-threaded
 BUILD_TIMEOUT_S = 120
 
 
@@ -47,7 +47,8 @@ def cache_dir() -> Path:
     """Where built libraries live: $GRPO_STUDIO_CACHE/native, else ~/.cache/grpo-studio/native, else a temp dir."""
     base = os.environ.get("GRPO_STUDIO_CACHE")
     root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grpo-studio"
-    for path in (root / "native", Path(tempfile.gettempdir()) / f"grpo-studio-native-{os.getuid()}"):
+    user = getattr(os, "getuid", lambda: 0)()
+    for path in (root / "native", Path(tempfile.gettempdir()) / f"grpo-studio-native-{user}"):
         try:
             path.mkdir(parents=True, exist_ok=True)
             if os.access(path, os.W_OK):
@@ -100,7 +101,8 @@ def load(name: str) -> ctypes.CDLL | None:
         return None
     source = SOURCES / f"{name}.c"
     errors = []
-    for flags in ((*FLAGS, OPENMP), FLAGS):
+    # without OpenMP (Apple's clang), then without -march=native (compilers that do not take it)
+    for flags in ((*FLAGS, OPENMP), FLAGS, tuple(f for f in FLAGS if f != "-march=native")):
         try:
             return ctypes.CDLL(str(_build(source, cc, flags)))
         except (OSError, RuntimeError, subprocess.SubprocessError) as e:
