@@ -5,8 +5,9 @@ of the query with every cached key, a softmax, a weighted sum of the cached valu
 dot-product attention runs them through its blockwise flash kernel, whose per-block setup dominates at one
 query: 4-5 GB/s over the cache on this project's hosts, about half of a decode step at 128 tokens of the tiny
 model. The C kernel (backend/csrc/decode_attention.c, built by backend.native) reads each cached key and value
-once per step and keeps the scores in the cache: 2-6x faster per call (`python -m bench.gemm` times it beside
-SDPA at the long shape).
+once per step and keeps the scores in the CPU's cache: 1.3-6x faster per call, 1.25x per decoded token at the
+long shape, after which the attention is bound by reading the cache from memory (`python -m bench.decode_attention`
+times it beside SDPA).
 
 It computes what `F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=attend[:,
 None, None, :end], scale=scale, enable_gqa=...)` computes, in another summation order (float32 rounding:
