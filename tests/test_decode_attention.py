@@ -84,6 +84,10 @@ def test_what_it_does_not_take_runs_sdpa_bit_for_bit() -> None:
     for args in cases:
         assert not da.uses_kernel(*args)
         assert torch.equal(da.attention(*args, 6, 0.3), _sdpa(*args, 6, 0.3))
+    assert not da.uses_kernel(q[:2], keys, values, attend)  # rows that do not match: never handed to the kernel
+    assert not da.uses_kernel(q[..., :8], keys, values, attend)
+    with pytest.raises(RuntimeError):
+        da.attention(q[..., :8], keys, values, attend, 6, 0.3)
     grad_q = q.clone().requires_grad_()
     assert not da.uses_kernel(grad_q, keys, values, attend)  # autograd: the kernel has no backward
     before = da.set_enabled(False)

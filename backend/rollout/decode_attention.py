@@ -62,7 +62,10 @@ def uses_kernel(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, atten
         return False
     if not (keys.is_contiguous() and values.is_contiguous() and keys.shape == values.shape):
         return False
-    return q.shape[1] % keys.shape[1] == 0 and q.shape[2] == 1 and available()
+    # shapes the kernel indexes by (a mismatch would read out of bounds there; SDPA raises a clear error instead)
+    if q.dim() != 4 or keys.dim() != 4 or attend.dim() != 2 or not q.shape[0] == keys.shape[0] == attend.shape[0]:
+        return False
+    return q.shape[3] == keys.shape[3] and q.shape[1] % keys.shape[1] == 0 and q.shape[2] == 1 and available()
 
 
 def attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, attend: torch.Tensor, end: int,
