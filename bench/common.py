@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,18 @@ def trl_trainer(spec: RunSpec, callbacks: list[Any] | None = None, gpu: bool = F
     )
     return GRPOTrainer(model=model, reward_funcs=rewards, args=cfg, train_dataset=ds, processing_class=tok,
                        callbacks=callbacks or [])
+
+
+def best_time(fn: Callable[[], Any], reps: int = 10) -> float:
+    """Seconds per call of fn: the best of 3 rounds of `reps` calls, after one warm-up call."""
+    fn()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
 
 
 def cpu_seconds() -> float:

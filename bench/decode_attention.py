@@ -13,15 +13,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from backend.rollout import decode_attention as da
-from bench.common import run_ours
-from bench.vs_trl import SHAPES, WARMUP, shape_model, shape_spec
+from bench.common import best_time
+from bench.vs_trl import SHAPES, on_off_steps, shape_model, shape_spec
 
 # (label, rows, heads, head_dim, cache capacity): long's tiny copy at 8 x 8, 20m at 4 x 8
 CALLS = [("long", 64, 4, 64, 140), ("20m", 32, 8, 64, 44)]
@@ -54,26 +53,7 @@ def _pair(caches: list[tuple[torch.Tensor, torch.Tensor]], q: torch.Tensor, atte
     def kernel() -> None:
         for k, v in caches:
             da.attention(q, k, v, attend, end, scale)
-    return _time(sdpa) / len(caches), _time(kernel) / len(caches)
-
-
-def _time(fn, reps: int = 20) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / reps)
-    return best
-
-
-def step(spec) -> tuple[float, float]:
-    """Seconds per step after the warm-up, and the rollout's share of it."""
-    ends: list[float] = []
-    rows = run_ours(spec, on_step=lambda trainer, row: ends.append(time.time()))[WARMUP:]
-    rollout = sum(r["timing/rollout_s"] for r in rows) / sum(r["timing/step_s"] for r in rows)
-    return (ends[-1] - ends[WARMUP - 1]) / (len(ends) - WARMUP), rollout
+    return best_time(sdpa, 20) / len(caches), best_time(kernel, 20) / len(caches)
 
 
 def main() -> None:
@@ -89,16 +69,9 @@ def main() -> None:
         for name in args.shapes:
             shape = SHAPES[name]
             spec = shape_spec(shape, shape_model(shape, Path(tmp)), [])
-            runs: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
-            for _ in range(args.repeats):
-                for on in (True, False):
-                    before = da.set_enabled(on)
-                    try:
-                        runs[on].append(step(spec))
-                    finally:
-                        da.set_enabled(before)
-            on, off = (statistics.median(s for s, _ in runs[k]) for k in (True, False))
-            share = {k: statistics.median(r for _, r in runs[k]) for k in (True, False)}
+            runs = on_off_steps(spec, da.set_enabled, args.repeats)
+            on, off = (statistics.median(r.seconds for r in runs[k]) for k in (True, False))
+            share = {k: statistics.median(r.rollout for r in runs[k]) for k in (True, False)}
             print(f"{name:7s} our step with the kernel {on:.3f} s (rollout {share[True]:.0%}), with SDPA {off:.3f} s "
                   f"(rollout {share[False]:.0%}): {off / on:.2f}x", flush=True)
 

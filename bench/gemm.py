@@ -13,14 +13,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 from backend import gemm
-from bench.common import run_ours
-from bench.vs_trl import SHAPES, WARMUP, Shape, shape_model, shape_spec
+from bench.common import best_time
+from bench.vs_trl import SHAPES, Shape, on_off_steps, shape_model, shape_spec
 
 # (label, rows, reduction, columns) of a @ b with a (rows, reduction), b (reduction, columns)
 PRODUCTS = [
@@ -36,33 +35,16 @@ PRODUCTS = [
 ]
 
 
-def _time(fn, reps: int = 10) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / reps)
-    return best
-
-
 def products() -> None:
     print(f"oneDNN available: {gemm.available()}")
     print(f"{'product':24s} {'shape':>20s} {'torch ms':>9s} {'oneDNN ms':>9s} {'speed-up':>8s}  backend.gemm picks")
     for label, r, k, n in PRODUCTS:
         a, b = torch.randn(r, k), torch.randn(k, n)
-        t_torch = _time(lambda a=a, b=b: a @ b)
-        t_dnn = _time(lambda a=a, b=b: gemm._onednn_linear(a, b.t(), None)) if gemm.available() else float("nan")
+        t_torch = best_time(lambda a=a, b=b: a @ b)
+        t_dnn = best_time(lambda a=a, b=b: gemm._onednn_linear(a, b.t(), None)) if gemm.available() else float("nan")
         pick = "oneDNN" if gemm.uses_onednn(r, k, n, a, b) else "torch"
         print(f"{label:24s} {f'{r}x{k}x{n}':>20s} {1e3 * t_torch:9.3f} {1e3 * t_dnn:9.3f} {t_torch / t_dnn:7.2f}x  {pick}",
               flush=True)
-
-
-def step_seconds(spec) -> float:
-    ends: list[float] = []
-    run_ours(spec, on_step=lambda trainer, row: ends.append(time.time()))
-    return (ends[-1] - ends[WARMUP - 1]) / (len(ends) - WARMUP)
 
 
 def main() -> None:
@@ -78,14 +60,8 @@ def main() -> None:
         for name in args.shapes:
             shape: Shape = SHAPES[name]
             spec = shape_spec(shape, shape_model(shape, Path(tmp)), [])
-            times: dict[bool, list[float]] = {True: [], False: []}
-            for _ in range(args.repeats):
-                for on in (True, False):
-                    before = gemm.set_enabled(on)
-                    try:
-                        times[on].append(step_seconds(spec))
-                    finally:
-                        gemm.set_enabled(before)
+            runs = on_off_steps(spec, gemm.set_enabled, args.repeats)
+            times = {k: [r.seconds for r in v] for k, v in runs.items()}
             on, off = statistics.median(times[True]), statistics.median(times[False])
             print(f"{name:7s} our step with oneDNN {on:.3f} s, without {off:.3f} s: {off / on:.2f}x "
                   f"(runs: on {[round(t, 3) for t in times[True]]}, off {[round(t, 3) for t in times[False]]})",
