@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,7 @@ from transformers import AutoConfig
 
 from backend import gemm
 from backend.rollout import decode_attention
-from backend.spec import load_spec
-from bench.common import ROOT, TINY, best_time, run_ours, trl_trainer
+from bench.common import ROOT, best_time, run_ours, tiny_spec, trl_trainer
 from bench.vs_trl import SHAPES, Shape, shape_model, shape_spec
 
 _aten = torch.ops.aten
@@ -68,8 +67,7 @@ class StepFlops:
 
 def step_flops(shape: Shape, model_dir: Path | None, steps: int) -> StepFlops:
     """FLOPs per optimizer step of each trainer on the shape, counted over `steps` real steps."""
-    spec = shape_spec(Shape(shape.name, shape.prompts, shape.generations, shape.max_tokens, steps, shape.model),
-                      model_dir, [])
+    spec = shape_spec(replace(shape, steps=steps), model_dir, [])
     ours = counted(lambda: run_ours(spec))
     trainer = trl_trainer(spec)
     trl = counted(trainer.train)
@@ -79,7 +77,7 @@ def step_flops(shape: Shape, model_dir: Path | None, steps: int) -> StepFlops:
 def best_rate(model_dir: Path | None, rows: int) -> float:
     """FLOP/s of this core's fastest float32 product at the shape's sizes: `rows` tokens through the model's
     largest weight, best of torch (MKL) and oneDNN, operands in cache."""
-    cfg = AutoConfig.from_pretrained(model_dir or ROOT / load_spec(TINY).model.name_or_path)
+    cfg = AutoConfig.from_pretrained(model_dir or ROOT / tiny_spec().model.name_or_path)
     k, n = cfg.hidden_size, cfg.intermediate_size
     a, w = torch.randn(rows, k), torch.randn(n, k)
     seconds = best_time(lambda: torch.nn.functional.linear(a, w))
