@@ -32,7 +32,7 @@ def run_ours(spec: RunSpec, on_step: Any = None) -> list[dict[str, Any]]:
         spec = spec.model_copy(deep=True)
         spec.output.runs_dir = tmp
         run = create_run(spec, ROOT)
-        trainer = GRPOTrainer(spec, run, ROOT)
+        trainer = GRPOTrainer(spec, run, ROOT).setup()
         if on_step is not None:
             trainer.on_step = on_step
         trainer.train()

@@ -56,7 +56,7 @@ def main() -> None:
             spec = load_spec(TINY, [f"output.runs_dir={tmp}/runs", f"algorithm.max_steps={a.steps}",
                                     "output.eval_steps=0", "output.save_steps=0", "output.log_samples_steps=0"])
             run = create_run(spec, ROOT)
-            GRPOTrainer(spec, run, ROOT).train()
+            GRPOTrainer(spec, run, ROOT).setup().train()
             before = evaluate(f"{run.path}:base", Path(tmp) / "before")["metrics"]["accuracy"]
             after = evaluate(str(run.path), Path(tmp) / "after")["metrics"]["accuracy"]
             figures.update(accuracy_before=before, accuracy_after=after, steps=a.steps)

@@ -105,7 +105,7 @@ def test_a_reward_that_scores_nothing_is_reported_in_status(tmp_path: Path) -> N
                             "rollout.num_generations=2", "output.eval_steps=0", f"rewards.plugins=[{plugin}]",
                             "rewards.functions=[{name: exact_match}, {name: silent}]"])
     run = create_run(spec, ROOT)
-    GRPOTrainer(spec, run, ROOT).train()
+    GRPOTrainer(spec, run, ROOT).setup().train()
     warnings = run.read_status()["warnings"]
     assert len(warnings) == 1 and "'silent' returned None for every completion in 2 rollout batch(es)" in warnings[0]
 

@@ -74,7 +74,7 @@ def one_rank(tmp_path_factory) -> RunDir:
     tmp = tmp_path_factory.mktemp("one")
     spec = load_spec(TINY, [f"output.runs_dir={tmp}", *FAST, "resources.activation_reuse_mb=0"])
     run = create_run(spec, ROOT)
-    GRPOTrainer(spec, run, ROOT).train()
+    GRPOTrainer(spec, run, ROOT).setup().train()
     return run
 
 
@@ -235,7 +235,7 @@ def test_lora_under_zero3_pushes_merged_engine_names_to_workers(tmp_path: Path) 
             "output.save_steps=0"]
     ref_spec = load_spec(TINY, [f"output.runs_dir={tmp_path / 'one'}", *FAST, *lora])
     ref = create_run(ref_spec, ROOT)
-    assert GRPOTrainer(ref_spec, ref, ROOT).train() == "finished"
+    assert GRPOTrainer(ref_spec, ref, ROOT).setup().train() == "finished"
     proc = cli("--config", str(TINY), *sum((["--set", o] for o in [
         f"output.runs_dir={tmp_path / 'z3'}", *FAST, *lora, *TWO, "resources.deepspeed_stage=3",
         "rollout.placement=separate"]), []), timeout=600)

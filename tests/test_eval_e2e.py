@@ -27,7 +27,7 @@ def test_trained_checkpoint_beats_base(tmp_path: Path, capsys) -> None:
         f"output.runs_dir={tmp_path}", "algorithm.max_steps=40", "output.eval_steps=20", "output.save_steps=20",
         "output.log_samples_steps=0"])
     run = create_run(spec, ROOT)
-    GRPOTrainer(spec, run, ROOT).train()
+    GRPOTrainer(spec, run, ROOT).setup().train()
 
     capsys.readouterr()  # the trainer's log
     scores = {}

@@ -43,7 +43,7 @@ def test_vl_model_and_run_evaluate_as_the_trainer_does(tmp_path: Path, held_out:
     spec = load_spec(PRESET, [f"output.runs_dir={tmp_path / 'runs'}", f"data.eval_sources=[{held_out}]",
                               "algorithm.max_steps=2", "output.save_steps=2", "output.eval_steps=2"])
     run = create_run(spec, ROOT)
-    trainer = GRPOTrainer(spec, run, ROOT)
+    trainer = GRPOTrainer(spec, run, ROOT).setup()
     before = trainer.evaluate()["eval/rewards/counting/mean"]
     trainer.train()
     during = read_jsonl(run.eval_dir / "during_training.jsonl")[0]

@@ -38,7 +38,7 @@ def test_tiny_preset_learns(tmp_path: Path) -> None:
     tok = AutoTokenizer.from_pretrained(ROOT / "assets/tiny-add")
     before = accuracy(AutoModelForCausalLM.from_pretrained(ROOT / "assets/tiny-add", dtype=torch.float32), tok, spec)
     run = create_run(spec, ROOT)
-    trainer = GRPOTrainer(spec, run, ROOT)
+    trainer = GRPOTrainer(spec, run, ROOT).setup()
     trainer.train()
     after = accuracy(trainer.policy, tok, spec)
     rewards = [r["reward"] for r in read_jsonl(run.metrics_path)[0]]

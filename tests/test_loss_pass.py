@@ -10,7 +10,8 @@ import torch
 
 from backend.launcher import create_run
 from backend.spec import AlgorithmSection, load_spec
-from backend.train.loop import GRPOTrainer, live_groups, zero_advantage_skippable
+from backend.train.batch import live_groups
+from backend.train.loop import GRPOTrainer, zero_advantage_skippable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +41,7 @@ def _trainer(tmp_path: Path, *overrides: str) -> GRPOTrainer:
         f"output.runs_dir={tmp_path}", "algorithm.prompts_per_step=4", "rollout.num_generations=4",
         "output.eval_steps=0", "output.save_steps=0", "rewards.functions=[{name: exact_match}, {name: digit_match}]",
         "algorithm.lr_scheduler=constant", *overrides])
-    return GRPOTrainer(spec, create_run(spec, ROOT), ROOT)
+    return GRPOTrainer(spec, create_run(spec, ROOT), ROOT).setup()
 
 
 @pytest.mark.parametrize("overrides", [[], ["algorithm.gradient_accumulation_steps=2", "algorithm.loss_type=dapo"]])

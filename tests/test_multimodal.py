@@ -244,7 +244,7 @@ def test_trainer_writes_image_references_and_a_loadable_checkpoint(tmp_path: Pat
                               "rollout.num_generations=2", "rollout.max_completion_length=8", "output.eval_steps=0",
                               "output.save_steps=0", "data.eval_sources=[]"])
     run = create_run(spec, ROOT)
-    GRPOTrainer(spec, run, ROOT).train()
+    GRPOTrainer(spec, run, ROOT).setup().train()
     samples = read_jsonl(run.samples_path)[0]
     assert len(samples) == 4
     for s in samples:
@@ -276,15 +276,15 @@ def test_grpo_update_on_image_prompts_moves_logprobs_with_the_advantage(tmp_path
 
     spec = load_spec(PRESET, [f"output.runs_dir={tmp_path}", "algorithm.prompts_per_step=4", "output.eval_steps=0",
                               "output.save_steps=0", "data.eval_sources=[]", "algorithm.learning_rate=1e-4"])
-    tr = GRPOTrainer(spec, create_run(spec, ROOT), ROOT)
+    tr = GRPOTrainer(spec, create_run(spec, ROOT), ROOT).setup()
     ro = tr.make_rollout(1, 0)
     assert ro.media is not None and len(ro.media) == ro.completion_ids.shape[0]
-    tr._prepare_logps(ro)
+    tr.prepare_logps(ro)
 
     def seq_logps() -> torch.Tensor:
         tr.policy.eval()
         with torch.no_grad():
-            lp, _ = tr._logps(tr.policy, ro, slice(0, ro.completion_ids.shape[0]))
+            lp = tr.logps(tr.policy, ro, slice(0, ro.completion_ids.shape[0])).logps
         tr.policy.train()
         return (lp * ro.completion_mask).sum(-1)
 
@@ -298,9 +298,9 @@ def test_grpo_update_on_image_prompts_moves_logprobs_with_the_advantage(tmp_path
 
 
 def test_micro_batch_rows_pick_their_images() -> None:
-    from backend.train.loop import _rows_of
+    from backend.train.forward import rows_of
 
     media = [{"pixel_values": torch.full((1, 1), float(i))} for i in range(6)]
-    assert _rows_of(media, slice(2, 4)) == media[2:4]
-    assert _rows_of(media, torch.tensor([0, 1, 4, 5])) == [media[0], media[1], media[4], media[5]]  # live groups only
-    assert _rows_of(None, slice(0, 2)) is None
+    assert rows_of(media, slice(2, 4)) == media[2:4]
+    assert rows_of(media, torch.tensor([0, 1, 4, 5])) == [media[0], media[1], media[4], media[5]]  # live groups only
+    assert rows_of(None, slice(0, 2)) is None

@@ -433,7 +433,7 @@ def test_trainer_runs_on_a_video_column(tmp_path: Path) -> None:
                  "rollout.max_completion_length=6", "output.save_steps=0")
     assert check_spec(spec, ROOT) == []
     run = create_run(spec, ROOT)
-    assert GRPOTrainer(spec, run, ROOT).train() == "finished"
+    assert GRPOTrainer(spec, run, ROOT).setup().train() == "finished"
     samples = read_jsonl(run.samples_path)[0]
     assert len(samples) == 4
     assert all(s["prompt"].count("<|video_pad|>") == 1 and s["videos"] for s in samples)
@@ -470,7 +470,7 @@ def test_trainer_runs_on_an_audio_column(tmp_path: Path, tiny_audio: Path) -> No
                  "rollout.num_generations=2", "rollout.max_completion_length=6", "output.save_steps=1")
     assert check_spec(spec, ROOT) == []
     run = create_run(spec, ROOT)
-    assert GRPOTrainer(spec, run, ROOT).train() == "finished"
+    assert GRPOTrainer(spec, run, ROOT).setup().train() == "finished"
     samples = read_jsonl(run.samples_path)[0]
     assert len(samples) == 4 and all(s["prompt"].count("<|AUDIO|>") == 1 and len(s["audios"]) == 1 for s in samples)
     ckpt = run.latest_checkpoint() / "model"  # a checkpoint takes audio again: its processor is saved beside it

@@ -18,7 +18,8 @@ from backend.checks import check_spec
 from backend.launcher import create_run
 from backend.rundir import read_jsonl
 from backend.spec import load_spec
-from backend.train.loop import ENTROPY_STATE, GRPOTrainer
+from backend.train.checkpoint import ENTROPY_STATE
+from backend.train.loop import GRPOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "presets/tiny-cpu.yaml"
@@ -37,7 +38,7 @@ def run(tmp_path: Path, *overrides: str) -> tuple[list[dict], GRPOTrainer]:
     spec = load_spec(TINY, [f"output.runs_dir={tmp_path}", *EASY, *overrides])
     assert check_spec(spec, ROOT) == []
     r = create_run(spec, ROOT)
-    trainer = GRPOTrainer(spec, r, ROOT)
+    trainer = GRPOTrainer(spec, r, ROOT).setup()
     trainer.train()
     return read_jsonl(r.metrics_path)[0], trainer
 

@@ -28,7 +28,7 @@ def make_run(tmp_path: Path, *overrides: str) -> RunDir:
 
 def test_skip_mode_counts_errors_and_trains_on(tmp_path: Path) -> None:
     run = make_run(tmp_path, "rewards.on_error=skip")
-    GRPOTrainer(load_spec(run.path / "spec.yaml"), run, ROOT).train()
+    GRPOTrainer(load_spec(run.path / "spec.yaml"), run, ROOT).setup().train()
     rows = read_jsonl(run.metrics_path)[0]
     assert [r["rewards/not_a_list/errors"] for r in rows] == [1, 2]
     assert all(r["rewards/exact_match/errors"] == 0 for r in rows)
@@ -38,7 +38,7 @@ def test_skip_mode_counts_errors_and_trains_on(tmp_path: Path) -> None:
 def test_fail_mode_stops_the_run_with_the_message(tmp_path: Path) -> None:
     # backend.train turns this exception into status "failed" with the message (tests/test_trainer.py covers that)
     run = make_run(tmp_path)
-    trainer = GRPOTrainer(load_spec(run.path / "spec.yaml"), run, ROOT)
+    trainer = GRPOTrainer(load_spec(run.path / "spec.yaml"), run, ROOT).setup()
     worker = trainer.scorer._worker
     assert worker is not None and worker.proc is not None
     proc = worker.proc

@@ -161,8 +161,8 @@ def test_colocated_vllm_trains_in_the_trainer_process(tmp_path) -> None:
         "output.save_steps=0", "algorithm.max_steps=3", "rollout.engine=vllm",
         "rollout.vllm_importance_sampling_correction=true"])
     run = create_run(spec, PROJECT_ROOT)
-    trainer = GRPOTrainer(spec, run, PROJECT_ROOT)
-    assert type(trainer.engine).__name__ == "VLLMEngine"
+    trainer = GRPOTrainer(spec, run, PROJECT_ROOT).setup()
+    assert type(trainer.sync.engine).__name__ == "VLLMEngine"
     assert trainer.train() == "finished"
     rows = read_jsonl(run.metrics_path)[0]
     assert [r["step"] for r in rows] == [1, 2, 3]

@@ -55,7 +55,7 @@ def test_two_workers_sample_what_one_engine_samples(pool2, tok) -> None:
     for ga, gb in zip(two, one):
         for a, b in zip(ga, gb):
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
-    t = pool2.last_timings
+    t = pool2.last_timings()
     assert [x.groups for x in t] == [3, 2] and all(x.seconds > 0 and x.completion_tokens > 0 for x in t)
 
 

@@ -31,10 +31,10 @@ def _model(which: str) -> torch.nn.Module:
 
 def _rollout(model, max_tokens: int = 6):
     tok = AutoTokenizer.from_pretrained(ROOT / "assets/tiny-add")
-    engine = HFEngine(model, tok)
+    engine = HFEngine(model, tok, tape_budget=1 << 30)
     sp = SamplingParams(n=N, max_tokens=max_tokens, temperature=1.0, seed=3)
-    groups, tape = engine.generate_taped([PromptInput(p) for p in PROMPTS], sp, 1 << 30)
-    return engine, sp, groups, tape
+    groups = engine.generate([PromptInput(p) for p in PROMPTS], sp)
+    return engine, sp, groups, engine.take_tape()
 
 
 def _batch(groups):
@@ -52,7 +52,9 @@ def _batch(groups):
 def test_taped_generate_samples_what_generate_samples() -> None:
     model = _model("tiny")
     engine, sp, groups, tape = _rollout(model)
+    engine.tape_budget = 0
     plain = engine.generate([PromptInput(p) for p in PROMPTS], sp)
+    assert engine.take_tape() is None
     assert [[c.token_ids for c in g] for g in groups] == [[c.token_ids for c in g] for g in plain]
     assert [[c.logprobs for c in g] for g in groups] == [[c.logprobs for c in g] for g in plain]
     assert tape is not None and tape.valid_for(model)
@@ -61,7 +63,8 @@ def test_taped_generate_samples_what_generate_samples() -> None:
     steps = sp.max_tokens - 1
     assert sum(t.numel() * 4 for t in tape.outputs.values()) == tape_bytes(model, 3, 6, 3 * N, steps)
     # a budget below that size, or autocast: no tape, the same samples
-    small, none = engine.generate_taped([PromptInput(p) for p in PROMPTS], sp, tape_bytes(model, 3, 6, 3 * N, steps) - 1)
+    engine.tape_budget = tape_bytes(model, 3, 6, 3 * N, steps) - 1
+    small, none = engine.generate([PromptInput(p) for p in PROMPTS], sp), engine.take_tape()
     assert none is None and [[c.token_ids for c in g] for g in small] == [[c.token_ids for c in g] for g in plain]
 
 

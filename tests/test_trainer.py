@@ -34,7 +34,7 @@ def make_run(tmp_path: Path, *overrides: str) -> tuple[RunDir, object]:
 
 def train(tmp_path: Path, *overrides: str, stop_at: int | None = None) -> tuple[RunDir, GRPOTrainer]:
     run, spec = make_run(tmp_path, *overrides)
-    t = GRPOTrainer(spec, run, ROOT)
+    t = GRPOTrainer(spec, run, ROOT).setup()
     t.stop_at_step = stop_at
     t.train()
     return run, t
@@ -121,7 +121,7 @@ def test_exact_resume_matches_a_straight_run(tmp_path: Path, extra: list[str]) -
     part, _ = train(tmp_path / "b", "algorithm.max_steps=7", *extra, stop_at=3)
     assert part.read_status()["state"] == "stopped"
     spec = load_spec(part.spec_path)
-    resumed = GRPOTrainer(spec, part, ROOT, resume=True)
+    resumed = GRPOTrainer(spec, part, ROOT, resume=True).setup()
     assert resumed.step == 3
     resumed.train()
     a, b = _final_weights(straight), _final_weights(part)
@@ -141,8 +141,8 @@ def test_skipping_solved_prompts_skips_and_resumes_exactly(tmp_path: Path) -> No
     skipped = [r["sampler/skipped_solved"] for r in metrics(straight)]
     assert sum(skipped) > 0
     part, _ = train(tmp_path / "b", *extra, stop_at=4)
-    resumed = GRPOTrainer(load_spec(part.spec_path), part, ROOT, resume=True)
-    assert resumed.sampler.solved  # the solved set came back with the checkpoint
+    resumed = GRPOTrainer(load_spec(part.spec_path), part, ROOT, resume=True).setup()
+    assert resumed.rollouts.sampler.solved  # the solved set came back with the checkpoint
     resumed.train()
     a, b = _final_weights(straight), _final_weights(part)
     for k in a:
@@ -167,8 +167,8 @@ def test_replaying_solved_completions_replays_and_resumes_exactly(tmp_path: Path
         assert s["reward"] == 1.0 and s["advantage"] > 0
         assert all(o["reward"] == 0.0 and o["advantage"] < 0 for o in group if o is not s)
     part, _ = train(tmp_path / "b", *extra, stop_at=4)
-    resumed = GRPOTrainer(load_spec(part.spec_path), part, ROOT, resume=True)
-    assert resumed.replay.store  # the store came back with the checkpoint
+    resumed = GRPOTrainer(load_spec(part.spec_path), part, ROOT, resume=True).setup()
+    assert resumed.rollouts.replay.store  # the store came back with the checkpoint
     resumed.train()
     a, b = _final_weights(straight), _final_weights(part)
     for k in a:

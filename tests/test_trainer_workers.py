@@ -68,9 +68,9 @@ def test_async_workers_resume_exactly(tmp_path: Path) -> None:
     extra = ["algorithm.max_steps=6", *SEP, "rollout.async_generation=true", "rollout.max_staleness=2"]
     straight, _ = train(tmp_path / "a", *extra)
     part, _ = train(tmp_path / "b", *extra, stop_at=3)
-    resumed = GRPOTrainer(load_spec(part.spec_path), part, ROOT, resume=True)
+    resumed = GRPOTrainer(load_spec(part.spec_path), part, ROOT, resume=True).setup()
     # after an update, batches wait to be trained 0, 1 and 2 updates ahead: all three come back
-    assert resumed.step == 3 and len(resumed.resumed_in_flight) == 3
+    assert resumed.step == 3 and len(resumed.queue.in_flight()) == 3
     resumed.train()
     ra, rb = metrics(straight), metrics(part)
     assert [r["step"] for r in rb] == list(range(1, 7))

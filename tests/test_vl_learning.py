@@ -37,7 +37,7 @@ def run_counting(tmp_path: Path, *overrides: str) -> tuple[float, list[float]]:
                               f"algorithm.max_steps={STEPS}", f"output.eval_steps={EVAL_EVERY}", "output.save_steps=0",
                               *overrides])
     run = create_run(spec, ROOT)
-    trainer = GRPOTrainer(spec, run, ROOT)
+    trainer = GRPOTrainer(spec, run, ROOT).setup()
     before = trainer.evaluate()["eval/rewards/counting/mean"]
     trainer.train()
     during = read_jsonl(run.eval_dir / "during_training.jsonl")[0]

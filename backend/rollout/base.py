@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import torch
 
@@ -71,15 +71,52 @@ def group_seeds(prompts: list[PromptInput], sampling: SamplingParams) -> list[Pr
     return [p if p.seed is not None else replace(p, seed=derive_seed(sampling.seed, i)) for i, p in enumerate(prompts)]
 
 
-class RolloutEngine(Protocol):
-    """generate() returns, for each prompt, `sampling.n` completions in order."""
+@dataclass(frozen=True)
+class InstanceTiming:
+    """One engine instance's share of the last generate call (a pool reports one per worker)."""
 
-    def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]: ...
+    name: str
+    groups: int
+    completion_tokens: int
+    seconds: float
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None: ...
 
-    def sleep(self) -> None: ...
+class RolloutEngine:
+    """The engine interface the trainer and the evaluator use, and nothing else: the trainer never asks what
+    an engine is. `generate` and `update_weights` are every engine's own; the other abilities have defaults
+    that mean "not this engine", so an engine overrides only what it has.
 
-    def wake_up(self) -> None: ...
+    generate() returns, for each prompt, `sampling.n` completions in order.
+    update_weights() loads new weights, tagged with the policy version (optimizer steps) they come from; with
+    `adapter` (its peft config) the tensors are a LoRA adapter, for the engines RunSpec.adapter_push names."""
 
-    def close(self) -> None: ...
+    keeps_peft_names: bool = False  # its weights are a peft model's, named as peft names them (an in-process copy)
+
+    def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
+        raise NotImplementedError
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0,
+                       adapter: dict[str, Any] | None = None) -> None:
+        raise NotImplementedError
+
+    def sleep(self) -> None:
+        """Free device memory while the trainer updates (colocated GPU engines); weights may be dropped."""
+
+    def wake_up(self) -> None:
+        """Undo sleep()."""
+
+    def close(self) -> None:
+        """Release the engine (workers exit)."""
+
+    def shares(self, model: Any) -> bool:
+        """Whether the engine samples with `model` itself (no weight sync needed; it can evaluate it)."""
+        return False
+
+    def last_timings(self) -> list[InstanceTiming]:
+        """Per-instance seconds of the last generate call; [] for a single engine (the caller times it)."""
+        return []
+
+    def take_tape(self) -> Any:
+        """The activation tape (backend.rollout.tape.ActivationTape) the last generate call recorded, handed over
+        once; None when it recorded none."""
+        return None

@@ -5,7 +5,8 @@ then all sequences decode together until every one has produced EOS or hit max_t
 The loop is hand-written rather than `model.generate` because it also returns the sampling
 policy's per-token logprobs at no extra cost and has less per-token overhead on tiny models.
 For Llama-family models the prefill and the decode steps skip transformers' per-call machinery (fast_decode),
-and `generate_taped` also records their linear outputs for the trainer to replay (backend.rollout.tape);
+and, with a `tape_budget`, generate() also records their linear outputs for the trainer to replay
+(backend.rollout.tape; handed over by `take_tape()`);
 torch.compile of the decode step was measured and left out: on this CPU it cost 140 s of compilation
 (2 busy cores) to save about 15% of a preset rollout, which no short run pays back.
 """
@@ -13,12 +14,13 @@ torch.compile of the decode step was measured and left out: on this CPU it cost 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from backend.multimodal import forward_media, media_positions, placeholder_ids, stack_media
-from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
+from backend.rollout.base import Completion, PromptInput, RolloutEngine, SamplingParams, group_seeds
 from backend.rollout.fast_decode import KVDecoder, attend_mask, lean_head, lean_layers, plain_modules, supports
 from backend.rollout.tape import ActivationTape, TapeRecorder, tape_bytes
 
@@ -84,23 +86,42 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-class HFEngine:
+class HFEngine(RolloutEngine):
+    """Sampling with a transformers model in this process. `tape_budget` (bytes, 0 = off): record the rollout's
+    activation tape when the lean passes run in float32 over one batch and the tape fits (backend.rollout.tape)."""
+
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 0,
-                 autocast_dtype: torch.dtype | None = None):
+                 autocast_dtype: torch.dtype | None = None, tape_budget: int = 0):
         self.model = model
         self.autocast_dtype = autocast_dtype
         self.tok = tokenizer
         self.max_batch = max_batch  # sequences decoded together; 0 = all at once
+        self.tape_budget = tape_budget
+        self._tape: ActivationTape | None = None
         self.lean_decode = True  # prefill and decode through fast_decode where it covers the model
+        # an in-process peft model is sampled as it is: weights come with peft's names
+        self.keeps_peft_names = hasattr(model, "peft_config")
         self.eos_ids = set(_eos_ids(model, tokenizer))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.eos_ids))
         # a sampled image placeholder would be read as an image slot by the training forward: never sample one
         never = placeholder_ids(model.config)
         self.never = torch.tensor(never, device=next(model.parameters()).device) if never else None
 
+    def shares(self, model: Any) -> bool:
+        return self.model is model
+
+    def take_tape(self) -> ActivationTape | None:
+        tape, self._tape = self._tape, None
+        return tape
+
     @torch.no_grad()
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
         prompts = group_seeds(prompts, sampling)  # seeds per group: chunking does not change the samples
+        self._tape = None
+        chunked = self.max_batch and len(prompts) > max(1, self.max_batch // sampling.n)
+        if self.tape_budget > 0 and not chunked and self.autocast_dtype is None:
+            out, self._tape = self._decode(prompts, sampling, self.tape_budget)
+            return out
         if not self.max_batch:
             return self._generate(prompts, sampling)
         per_chunk = max(1, self.max_batch // sampling.n)
@@ -108,16 +129,6 @@ class HFEngine:
         for i in range(0, len(prompts), per_chunk):
             out.extend(self._generate(prompts[i:i + per_chunk], sampling))
         return out
-
-    @torch.no_grad()
-    def generate_taped(self, prompts: list[PromptInput], sampling: SamplingParams, budget_bytes: int
-                       ) -> tuple[list[list[Completion]], ActivationTape | None]:
-        """generate(), and the rollout's activation tape (backend.rollout.tape) when the lean passes ran in float32
-        over one batch and the tape fits in budget_bytes (else None: generate() exactly)."""
-        chunked = self.max_batch and len(prompts) > max(1, self.max_batch // sampling.n)
-        if chunked or self.autocast_dtype is not None or budget_bytes <= 0:
-            return self.generate(prompts, sampling), None
-        return self._decode(group_seeds(prompts, sampling), sampling, budget_bytes)
 
     def _generate(self, prompts: list[PromptInput], sp: SamplingParams) -> list[list[Completion]]:
         if self.autocast_dtype is None:
@@ -220,20 +231,18 @@ class HFEngine:
             results.append(group)
         return results, recorder.finish(results) if recorder is not None else None
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0,
+                       adapter: dict[str, Any] | None = None) -> None:
+        if adapter is not None:
+            raise ValueError("the hf engine takes full weights, not a LoRA adapter")
         params = dict(self.model.named_parameters())
         with torch.no_grad():
             for name, t in named_tensors:
                 params[name].copy_(t)
 
-    def sleep(self) -> None:  # nothing to free: the weights are the trainer's (or a small copy)
-        pass
-
-    def wake_up(self) -> None:
-        pass
-
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
+        self._tape = None
 
 
 def _eos_ids(model: PreTrainedModel, tok: PreTrainedTokenizerBase) -> list[int]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from backend.rollout.base import Completion, PromptInput, SamplingParams, derive_seed, group_seeds
+from backend.rollout.base import Completion, PromptInput, RolloutEngine, SamplingParams, derive_seed, group_seeds
 
 if TYPE_CHECKING:
     from backend.rollout.worker import WorkerConfig
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 BUCKET_BYTES = 512 << 20  # a few hundred MB per update_params call
 
 
-class LMDeployEngine:
+class LMDeployEngine(RolloutEngine):
     def __init__(self, cfg: WorkerConfig):
         from lmdeploy import PytorchEngineConfig, TurbomindEngineConfig, pipeline
 
@@ -65,7 +65,10 @@ class LMDeployEngine:
             result.append(group)
         return result
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0,
+                       adapter: dict | None = None) -> None:
+        if adapter is not None:
+            raise ValueError("the LMDeploy engine takes merged weights, not a LoRA adapter")
         import pybase64
         from lmdeploy.serve.openai.protocol import UpdateParamsRequest
         from torch.multiprocessing.reductions import ForkingPickler
@@ -85,12 +88,6 @@ class LMDeployEngine:
         for i, bucket in enumerate(buckets):
             blob = pybase64.b64encode(ForkingPickler.dumps(bucket)).decode()
             engine.update_params(UpdateParamsRequest(serialized_named_tensors=blob, finished=i == len(buckets) - 1))
-
-    def sleep(self) -> None:
-        pass  # separate rollout GPUs: nothing to give back
-
-    def wake_up(self) -> None:
-        pass
 
     def close(self) -> None:
         self.pipe.close()

@@ -21,24 +21,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
+from backend.rollout.base import Completion, InstanceTiming, PromptInput, RolloutEngine, SamplingParams, group_seeds
 from backend.rollout.weight_sync import SharedWeights, WeightChannel, outward_address, pick_backend, plan_buckets
 from backend.rollout.worker import RolloutWorkerError, WorkerConfig, WorkerHandle, release, shm_dir, spawn_worker
 
 WEIGHT_SYNC_MODES = ("file", "collective")
-
-
-@dataclass(frozen=True)
-class InstanceTiming:
-    name: str
-    groups: int
-    completion_tokens: int
-    seconds: float
 
 
 def split_groups(n_prompts: int, n_instances: int) -> list[range]:
@@ -53,7 +44,7 @@ def split_groups(n_prompts: int, n_instances: int) -> list[range]:
     return runs
 
 
-class RolloutPool:
+class RolloutPool(RolloutEngine):
     def __init__(self, instances: Sequence, names: Sequence[str] | None = None, weight_sync: str = "file",
                  bucket_mb: float = 256.0, channel_timeout_s: float = 600.0):
         if not instances:
@@ -66,7 +57,7 @@ class RolloutPool:
         self.names = list(names) if names else [getattr(e, "name", f"instance-{i}") for i, e in enumerate(instances)]
         # one thread per instance, plus one for this side of a broadcast
         self._threads = ThreadPoolExecutor(max_workers=len(self.instances) + 1, thread_name_prefix="rollout-pool")
-        self.last_timings: list[InstanceTiming] = []
+        self._timings: list[InstanceTiming] = []
         self.version = 0
         self.weight_sync = weight_sync
         self.bucket_bytes = max(1, int(bucket_mb * 2**20))
@@ -90,8 +81,11 @@ class RolloutPool:
         else:
             futures = [self._threads.submit(one, k, run) for k, run in enumerate(runs)]
             results = [f.result() for f in futures]  # in order; the first failure raises here
-        self.last_timings = [t for _, t in results]
+        self._timings = [t for _, t in results]
         return [g for out, _ in results for g in out]
+
+    def last_timings(self) -> list[InstanceTiming]:
+        return list(self._timings)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None,
                        adapter: dict | None = None) -> None:
@@ -112,12 +106,8 @@ class RolloutPool:
         for e in self.instances:
             if e in local:
                 futures.append(self._threads.submit(e.update_weights_shared, self.shared, self.version, adapter))
-            elif isinstance(e, WorkerHandle):
-                futures.append(self._threads.submit(e.update_weights, tensors.items(), self.version, adapter))
-            elif adapter is not None:
-                futures.append(self._threads.submit(e.update_adapter, tensors.items(), adapter, self.version))
             else:
-                futures.append(self._threads.submit(e.update_weights, tensors.items()))
+                futures.append(self._threads.submit(e.update_weights, tensors.items(), self.version, adapter))
         for f in futures:  # every reader is done before the next write
             f.result()
 

@@ -30,7 +30,7 @@ loaded here through reload_weights. vLLM 0.32's own `weight_transfer_config` pat
 every TP rank) is not used.
 
 LoRA (cfg.max_lora_rank > 0, chosen by checks.adapter_push): the engine runs with enable_lora and the
-trainer pushes only the adapter. update_adapter writes it in peft's format (adapter_config.json +
+trainer pushes only the adapter. update_weights(..., adapter=config) writes it in peft's format (adapter_config.json +
 adapter_model.safetensors, in shared memory) and registers it as a LoRARequest with a new int id per
 version (vLLM caches adapters by id); every later request samples with it, the previous one is removed,
 and the prefix cache is reset. The base weights never change under LoRA, so they are never pushed.
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from backend.rollout.base import Completion, PromptInput, SamplingParams, group_seeds
+from backend.rollout.base import Completion, PromptInput, RolloutEngine, SamplingParams, group_seeds
 
 if TYPE_CHECKING:
     from backend.rollout.worker import WorkerConfig
@@ -67,7 +67,7 @@ def vllm_prompt(p: PromptInput) -> dict[str, Any]:
     return {"prompt_token_ids": p.token_ids}
 
 
-class VLLMEngine:
+class VLLMEngine(RolloutEngine):
     def __init__(self, cfg: WorkerConfig):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if cfg.device == "cpu":
@@ -115,7 +115,11 @@ class VLLMEngine:
             result.append(group)
         return result
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0,
+                       adapter: dict | None = None) -> None:
+        if adapter is not None:
+            self._load_adapter(named_tensors, adapter, version)
+            return
         # Vision-language models: the trainer's names (transformers >= 4.52: model.language_model.*, model.visual.*,
         # lm_head.*) and the checkpoint's older ones (model.*, visual.*) both go through the model's
         # hf_to_vllm_mapper inside load_weights, onto the same parameters (tests/test_rollout_engines.py checks
@@ -129,8 +133,8 @@ class VLLMEngine:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
         self.llm.reset_prefix_cache()
 
-    def update_adapter(self, named_tensors: Iterable[tuple[str, torch.Tensor]], adapter_config: dict,
-                       version: int) -> None:
+    def _load_adapter(self, named_tensors: Iterable[tuple[str, torch.Tensor]], adapter_config: dict,
+                      version: int) -> None:
         """Sample with this LoRA adapter from now on (peft names and config, as peft's save_pretrained writes)."""
         if not self.cfg.max_lora_rank:
             raise RuntimeError("this vLLM engine was started without LoRA (max_lora_rank 0): push merged weights")

@@ -9,7 +9,7 @@ Protocol: `multiprocessing.connection` over TCP with an HMAC auth key. A request
 `{"op": name, "args": {...}}`, a reply `{"ok": True, "result": ...}` or `{"ok": False, "error": ..., "traceback": ...}`.
 Ops: generate(prompts, sampling) -> list[list[Completion]]; update_weights(shared + bucket | blob, version, adapter);
 init_weight_channel(host, port, world, rank, backend, group_timeout_s); receive_weights(meta, version, adapter)
-(adapter: None for full weights, else a LoRA adapter's peft config, for an engine with update_adapter);
+(adapter: None for full weights, else a LoRA adapter's peft config, for an engine that loads adapters);
 sleep(level); wake_up(); health() -> dict; close().
 
 Weights travel one of two ways (rollout.weight_sync):
@@ -55,7 +55,7 @@ from typing import Any
 import torch
 
 from backend.project import child_env
-from backend.rollout.base import Completion, PromptInput, SamplingParams
+from backend.rollout.base import Completion, PromptInput, RolloutEngine, SamplingParams
 
 READY = "GRPO-WORKER-READY"
 AUTHKEY_ENV = "GRPO_WORKER_AUTHKEY"
@@ -77,7 +77,7 @@ class WorkerConfig:
     enable_sleep: bool = False
     max_model_len: int = 0  # 0 = the engine's default
     lmdeploy_backend: str = "pytorch"
-    max_lora_rank: int = 0  # vllm only: > 0 = LoRA enabled, the trainer pushes adapters (update_adapter)
+    max_lora_rank: int = 0  # vllm only: > 0 = LoRA enabled, the trainer pushes adapters (update_weights with adapter=)
     seed: int = 0
 
     def to_args(self) -> list[str]:
@@ -187,10 +187,7 @@ class _Server:
     def _load(self, tensors: Iterable[tuple[str, torch.Tensor]], args: dict[str, Any]) -> None:
         """Full weights, or (args["adapter"]: its peft config) a LoRA adapter for an engine that takes one."""
         self.version = int(args.get("version", self.version + 1))
-        if args.get("adapter") is not None:
-            self.engine.update_adapter(tensors, args["adapter"], self.version)
-        else:
-            self.engine.update_weights(tensors)
+        self.engine.update_weights(tensors, self.version, args.get("adapter"))
 
     def serve(self, conn: Connection) -> None:
         while not self.closing:
@@ -282,7 +279,7 @@ def shm_dir() -> str | None:
 
 
 @dataclass
-class WorkerHandle:
+class WorkerHandle(RolloutEngine):
     """The trainer's side of one worker: calls with supervision. Either spawned (proc set) or reached by URL."""
 
     name: str

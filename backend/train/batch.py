@@ -72,3 +72,16 @@ class PendingRollout:
 
     rollout: Rollout
     iterations_done: int
+
+
+def live_groups(advantages: torch.Tensor, rows: slice, group_size: int) -> slice | torch.Tensor | None:
+    """The rows of `rows` (group-aligned) in groups with some non-zero advantage: the slice itself when
+    every group is live, an index tensor of whole groups when some are not, None when none is."""
+    live = (advantages[rows].view(-1, group_size) != 0).any(dim=1)
+    if bool(live.all()):
+        return rows
+    if not bool(live.any()):
+        return None
+    start = rows.start or 0
+    groups = live.nonzero().squeeze(1)
+    return (start + groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)

@@ -122,9 +122,10 @@ def weight_sync_mode(spec: RunSpec) -> str:
 
 
 def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype | None = None,
-                 base_dir: Path = Path("."), log_dir: Path | None = None) -> RolloutEngine:
+                 base_dir: Path = Path("."), log_dir: Path | None = None, tape_budget: int = 0) -> RolloutEngine:
     """The rollout engine: a pool of rollout workers (uses_workers), colocated vLLM in this process, or the
-    hf engine here. Sync hf shares the policy's weights (no sync needed); async hf samples with its own copy."""
+    hf engine here. Sync hf shares the policy's weights (no sync needed) and records the activation tape within
+    `tape_budget` bytes (float32 only); async hf samples with its own copy."""
     r = spec.rollout
     if r.worker_urls:
         from backend.rollout.pool import RolloutPool
@@ -156,7 +157,8 @@ def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype |
     model = copy.deepcopy(policy).eval() if r.async_generation else policy
     if r.async_generation:
         model.requires_grad_(False)
-    return HFEngine(model, tokenizer, autocast_dtype=autocast_dtype)
+    shares = not r.async_generation and autocast_dtype is None
+    return HFEngine(model, tokenizer, autocast_dtype=autocast_dtype, tape_budget=tape_budget if shares else 0)
 
 
 def base_name(peft_name: str) -> str:

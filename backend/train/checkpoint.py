@@ -1,4 +1,7 @@
-"""The trainer state in a checkpoint (`checkpoints/step-N/trainer_state.pt`), stored safely.
+"""Checkpoints: a directory written atomically, and the trainer state in it (`trainer_state.pt`), stored safely.
+
+`write_atomically` fills a temp directory, marks it COMPLETE and renames it into place, so a kill during a save
+leaves the previous checkpoint as the newest complete one (an incomplete leftover is replaced next time).
 
 Only tensors and plain data (dicts, lists, numbers, strings) are written, with a format number, so
 the file loads with `torch.load(weights_only=True)`: a run directory copied from someone else cannot
@@ -10,8 +13,12 @@ pickle of whole objects) are refused with a message that says so.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import pickle
 import random
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +29,7 @@ import torch
 from backend.train.batch import PendingRollout, Rollout
 
 FORMAT = 2
+ENTROPY_STATE = "entropy_control.json"  # the adaptive entropy controller's state, as TRL's entropy_ctrl_state.json
 
 
 class CheckpointError(RuntimeError):
@@ -110,3 +118,38 @@ def load_trainer_state(path: Path) -> TrainerState:
         in_flight=[_rollout_from_plain(d) for d in flight],  # type: ignore[misc]
         pending=None if pending is None else PendingRollout(_rollout_from_plain(pending["rollout"]),  # type: ignore[arg-type]
                                                             pending["iterations_done"]))
+
+
+def is_complete(ckpt: Path) -> bool:
+    return (ckpt / "COMPLETE").exists()
+
+
+def write_atomically(final: Path, fill: Callable[[Path], None], marker: str) -> Path:
+    """Write checkpoint directory `final`: `fill(tmp)` writes its files into a temp directory beside it, which
+    is then marked COMPLETE (holding `marker`) and renamed into place."""
+    tmp = final.parent / f".{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    fill(tmp)
+    (tmp / "COMPLETE").write_text(marker)
+    shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed save
+    os.replace(tmp, final)
+    return final
+
+
+def prune(checkpoints: list[Path], limit: int) -> None:
+    """Keep the newest `limit` checkpoints (oldest first in `checkpoints`); 0 keeps all."""
+    for old in checkpoints[:-limit] if limit else []:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def save_entropy_state(ckpt: Path, coef: float, last_entropy: float) -> None:
+    (ckpt / ENTROPY_STATE).write_text(json.dumps({"entropy_coef": coef, "last_entropy": last_entropy}))
+
+
+def load_entropy_state(ckpt: Path) -> tuple[float, float] | None:
+    """(entropy_coef, last_entropy) as saved, or None where the checkpoint has none."""
+    if not (ckpt / ENTROPY_STATE).is_file():
+        return None
+    saved = json.loads((ckpt / ENTROPY_STATE).read_text())
+    return saved["entropy_coef"], saved["last_entropy"]

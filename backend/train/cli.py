@@ -133,12 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
     if spec.resources.world_size > 1:  # this process supervises the ranks torchrun starts
         return supervise.supervise(spec, run, ["--run-dir", str(run.path.resolve())] + (["--resumed"] if resume else []))
-    from backend.train.loop import GRPOTrainer, error_summary
+    from backend.train.loop import GRPOTrainer
 
-    trainer = None
+    trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
     try:
-        trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
-        trainer.train()
+        trainer.setup().train()
         return 0
     except Exception as err:
         import traceback
@@ -147,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         run.write_status(state="failed", error=error_summary(err))
         return 1
     finally:
-        if trainer is not None:
+        trainer.cleanup()  # a failed setup may have started workers already
+        if trainer.ranks is not None:
             trainer.ranks.close()  # DeepSpeed on one process still holds a process group
 
 
@@ -159,10 +159,10 @@ def _rank_main(spec, run: RunDir, base_dir: Path, resume: bool, rank: int) -> in
     supervise.register_rank(run, rank)
     if rank != 0:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - one copy of the progress lines; stderr stays
-    from backend.train.loop import GRPOTrainer, error_summary
+    from backend.train.loop import GRPOTrainer
 
     try:
-        trainer = GRPOTrainer(spec, run, base_dir, resume=resume)
+        trainer = GRPOTrainer(spec, run, base_dir, resume=resume).setup()
         trainer.train()
         trainer.ranks.close()
         supervise.write_rank_file(run, rank, exited=True)
@@ -179,6 +179,15 @@ def _rank_main(spec, run: RunDir, base_dir: Path, resume: bool, rank: int) -> in
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)  # no clean-up: it could wait forever on peers that are gone; torchrun ends the rest
+
+
+def error_summary(err: BaseException) -> str:
+    """One line for status.json: the exception and where it was raised."""
+    import traceback
+
+    tb = traceback.extract_tb(err.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    return f"{type(err).__name__}: {err}{where}"
 
 
 def _peer_gone(err: BaseException) -> bool:

@@ -1,4 +1,8 @@
-"""Completion logits of a policy for (prompt, completion) batches, the trainer's one forward pass.
+"""Per-token logprobs of a policy for (prompt, completion) batches, the trainer's one forward pass.
+
+The door is `PolicyLogps`: logprobs (and entropies) of any rows of a `Rollout`, for the policy, the reference
+or the old-policy pass. It hides how: the shared-prompt packing, the lean pass, and the activation tape's
+replay of the rollout's linear outputs for the rows that were sampled with these very weights.
 
 GRPO batches hold G completions per prompt. With `group_size` the prompt runs through the model
 once per group and its key/value cache is repeated G times for the completions, so prompt tokens
@@ -31,6 +35,8 @@ from backend.multimodal import forward_media, media_positions, stack_media
 from backend.rollout.fast_decode import lean_head, lean_layers, plain_modules, supports
 from backend.rollout.hf import positions
 from backend.rollout.tape import ActivationTape, TapeReplay
+from backend.train import grpo
+from backend.train.batch import Rollout
 
 
 @dataclass(frozen=True)
@@ -197,3 +203,74 @@ def _replay(tape: TapeRows, plen: torch.Tensor, at: torch.Tensor, in_prompt: tor
     head = torch.where(t == 0, prow[:, None], P + (t - 1) * B + rows[:, None])
     head = torch.where((t == 0) | (t - 1 < fed[:, None]), head, prow[:, None])
     return TapeReplay(tp, index, head)
+
+
+# ---------------------------------------------------------------------------------------------- the door
+
+
+def rows_of(media: list | None, sl: slice | torch.Tensor) -> list | None:
+    """The per-row image inputs of the rows `sl` selects (a slice or an index tensor); None for text batches."""
+    if media is None:
+        return None
+    return media[sl] if isinstance(sl, slice) else [media[i] for i in sl.tolist()]
+
+
+@dataclass(frozen=True)
+class TokenLogps:
+    logps: torch.Tensor  # (B, Lc) log p(completion token) at the sampling temperature
+    entropies: torch.Tensor | None  # (B, Lc) when asked for
+
+
+class PolicyLogps:
+    """Per-token logprobs of rollout rows under a model, at the run's temperature, on `device`, under autocast
+    when `autocast_dtype` is set. Rows of whole groups share their prompt's pass unless gradient checkpointing
+    runs each sequence whole."""
+
+    def __init__(self, device: torch.device, autocast_dtype: torch.dtype | None, temperature: float,
+                 group_size: int | None):
+        self.device, self.autocast_dtype, self.temperature, self.group_size = device, autocast_dtype, temperature, group_size
+
+    def __call__(self, model, ro: Rollout, rows: slice | torch.Tensor, want_entropy: bool = False,
+                 entropy_grad: bool = False) -> TokenLogps:
+        """Logprobs of the rows `rows` selects (a slice, or an index tensor of whole groups); entropies when
+        wanted, with a gradient only for an entropy bonus. Rows on the rollout's tape replay its linear outputs."""
+        taped = self.taped(model, ro, rows)
+        if taped is None:
+            return self._run(model, ro, rows, self.group_size, None, want_entropy, entropy_grad)
+        if bool(taped.all()):
+            return self._run(model, ro, rows, self.group_size, TapeRows(ro.tape, ro.tape_rows[rows]), want_entropy,
+                             entropy_grad)
+        # some rows are not on the tape (put back by success replay): they run the usual pass; neither part is
+        # whole groups, so neither shares prompts
+        idx = torch.arange(ro.completion_ids.shape[0])[rows]
+        on, off = taped.nonzero().squeeze(1), (~taped).nonzero().squeeze(1)
+        a = self._run(model, ro, idx[on], None, TapeRows(ro.tape, ro.tape_rows[idx[on]]), want_entropy, entropy_grad)
+        b = self._run(model, ro, idx[off], None, None, want_entropy, entropy_grad)
+        back = torch.argsort(torch.cat([on, off]))  # the rows in `rows`' order again
+        ent = torch.cat([a.entropies, b.entropies])[back] if a.entropies is not None and b.entropies is not None else None
+        return TokenLogps(torch.cat([a.logps, b.logps])[back], ent)
+
+    def taped(self, model, ro: Rollout, rows: slice | torch.Tensor) -> torch.Tensor | None:
+        """Which of the rows may replay the rollout's tape (bool), or None when none may: the tape is there,
+        `model` is the policy it was recorded with and unchanged since, and the lean pass runs."""
+        tape = ro.tape
+        if tape is None or ro.media is not None or self.autocast_dtype is not None or not tape.valid_for(model) \
+                or not lean_supported(model, self.device):
+            return None
+        taped = ro.tape_rows[rows] >= 0
+        return taped if bool(taped.any()) else None
+
+    def _run(self, model, ro: Rollout, rows: slice | torch.Tensor, group: int | None, tape: TapeRows | None,
+             want_entropy: bool, entropy_grad: bool) -> TokenLogps:
+        d = self.device
+        p_ids, p_mask = ro.prompt_ids[rows].to(d), ro.prompt_mask[rows].to(d)
+        c_ids, c_mask = ro.completion_ids[rows].to(d), ro.completion_mask[rows].to(d)
+        with autocast(d, self.autocast_dtype):
+            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=rows_of(ro.media, rows), tape=tape)
+        logits = logits.float() / self.temperature
+        logps = grpo.selective_log_softmax(logits, c_ids)
+        ent = None
+        if want_entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                ent = grpo.token_entropy(logits)
+        return TokenLogps(logps, ent)

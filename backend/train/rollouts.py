@@ -1,0 +1,195 @@
+"""Building a rollout batch: prompts -> engine -> rewards -> filters -> a `Rollout` the loss can train on.
+
+    make(index, policy_version):
+        take prompts_per_step rows from the sampler, render each prompt once (cached)
+        the engine samples G completions per prompt (its activation tape, if it recorded one, rides along)
+        the scorer scores every completion with every reward function
+        filters, in order: skip-solved bookkeeping and success replay (replay.py) per group; DAPO dynamic
+        sampling (resample prompts until prompts_per_step groups carry signal, or the retries run out)
+        assemble: pad into tensors, combine rewards, group advantages; metrics and sample rows (report.py)
+
+The builder owns the prompt sampler and the replay store (their state goes into checkpoints) and nothing of
+the optimizer's: it is given the engine and the scorer. A seed per rollout and sampling attempt makes sampling
+independent of thread timing (async) and exactly resumable.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from backend.data import PromptSampler, render_prompt
+from backend.multimodal import render_mm_prompt
+from backend.rewards.scorer import RewardScorer
+from backend.rollout.base import PromptInput, RawMedia, RolloutEngine, SamplingParams, derive_seed
+from backend.rollout.hf import left_pad
+from backend.spec import RunSpec
+from backend.train import grpo, report
+from backend.train.batch import Prompt, Rollout, ScoredGroup
+from backend.train.replay import SolvedReplay
+
+
+class RolloutBuilder:
+    def __init__(self, spec: RunSpec, tokenizer: Any, vision: Any, rows: list[dict[str, Any]], engine: RolloutEngine,
+                 scorer: RewardScorer, base_dir: Path, engine_sleeps: bool):
+        a = spec.algorithm
+        self.spec, self.tokenizer, self.vision, self.rows, self.base_dir = spec, tokenizer, vision, rows, base_dir
+        self.engine, self.scorer, self.engine_sleeps = engine, scorer, engine_sleeps
+        self.reward_weights = torch.tensor(scorer.weights)  # one weight per reward function, in scorer order
+        self.sampler = PromptSampler(len(rows), a.seed, skip_solved=a.skip_solved_prompts)
+        # the weighted reward of a solved completion, for skip_solved_prompts and replay_solved: a float sum of
+        # weighted 0/1 scores may miss the top by an ulp
+        self.solved_at = a.solved_reward - 1e-9
+        self.replay = SolvedReplay(self.solved_at) if a.replay_solved else None
+        self.unscored = report.UnscoredRewards()
+        self._prompt_cache: dict[tuple[str, int], Prompt] = {}
+
+    def prompt(self, row_idx: int, rows: list[dict[str, Any]], split: str) -> Prompt:
+        """Row `row_idx` of `rows` rendered as the model is prompted with it (cached per split and row)."""
+        key = (split, row_idx)
+        if key not in self._prompt_cache:
+            if self.vision is not None:
+                mm = render_mm_prompt(rows[row_idx], self.spec.data, self.vision, self.base_dir)
+                raw = None
+                if self.spec.rollout.engine == "vllm":  # vLLM expands the placeholders and processes the images itself
+                    raw = RawMedia(self.tokenizer(mm.text, add_special_tokens=False)["input_ids"], list(mm.images))
+                self._prompt_cache[key] = Prompt(mm.text, mm.ids, mm.media, raw)
+            else:
+                text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer)
+                self._prompt_cache[key] = Prompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self._prompt_cache[key]
+
+    def make(self, index: int, policy_version: int) -> Rollout:
+        """Rollout batch number `index`, sampled by the engine's weights of `policy_version`."""
+        if not self.engine_sleeps:
+            return self._make(index, policy_version)
+        self.engine.wake_up()  # (weights were pushed, and the engine woken, by the weight sync already)
+        try:
+            return self._make(index, policy_version)
+        finally:
+            self.engine.sleep()
+
+    def _sampling(self, index: int, attempt: int) -> SamplingParams:
+        r = self.spec.rollout
+        return SamplingParams(n=r.num_generations, max_tokens=r.max_completion_length, temperature=r.temperature,
+                              top_p=r.top_p, top_k=r.top_k, seed=derive_seed(self.spec.algorithm.seed, index, attempt))
+
+    def _generate_groups(self, row_ids: list[int], index: int, attempt: int, timings: dict[str, float]) -> list[ScoredGroup]:
+        """G completions for each row, scored; the sampler and the replay store see each group as sampled."""
+        G = self.spec.rollout.num_generations
+        prompts = [self.prompt(i, self.rows, "train") for i in row_ids]
+        t0 = time.time()
+        inputs = [PromptInput(p.ids, p.media or {}, raw_media=p.raw_media) for p in prompts]
+        groups = self.engine.generate(inputs, self._sampling(index, attempt))
+        tape = self.engine.take_tape()
+        t1 = time.time()
+        matrix = self.scorer.score([p.text for p in prompts for _ in range(G)], [c.text for g in groups for c in g],
+                                   [self.rows[i] for i in row_ids for _ in range(G)],
+                                   completion_ids=[c.token_ids for g in groups for c in g])
+        _add(timings, "rollout_s", t1 - t0)
+        for t in self.engine.last_timings():  # per-instance time: a slow or overloaded worker shows up
+            _add(timings, f"timing/rollout_worker/{t.name}_s", t.seconds)
+        _add(timings, "reward_s", time.time() - t1)
+        scored = [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G], tape=tape)
+                  for k, (i, g) in enumerate(zip(row_ids, groups))]
+        skip = self.spec.algorithm.skip_solved_prompts
+        for group in scored if skip or self.replay is not None else []:
+            totals = self.totals(group)  # as sampled: replay changes the group after this
+            if skip:  # what the sampler skips next time
+                self.sampler.mark(group.row, bool((totals >= self.solved_at).all()))
+            if self.replay is not None:
+                self.replay.apply(group, totals)
+        return scored
+
+    def totals(self, group: ScoredGroup) -> np.ndarray:
+        """Each completion's weighted reward (None scores count 0, as grpo.combine_rewards)."""
+        return np.nansum(group.rewards * self.scorer.weights[None, :], axis=1)
+
+    def _make(self, index: int, policy_version: int) -> Rollout:
+        a, P = self.spec.algorithm, self.spec.algorithm.prompts_per_step
+        timings: dict[str, float] = {}
+        skipped, replayed = self.sampler.skipped, self.replay.replayed if self.replay is not None else 0
+        scored = self._generate_groups(self.sampler.take(P), index, 0, timings)
+        dropped = 0
+        if a.dynamic_sampling:
+            # DAPO: keep groups whose rewards differ (only they carry signal); refill from new prompts.
+            kept: list[ScoredGroup] = []
+            spare: list[ScoredGroup] = []
+            for attempt in range(a.dynamic_sampling_max_retries + 1):
+                if attempt:
+                    scored = self._generate_groups(self.sampler.take(P), index, attempt, timings)
+                for group in scored:
+                    (kept if np.ptp(self.totals(group)) > 1e-6 and len(kept) < P else spare).append(group)
+                if len(kept) >= P:
+                    break
+            dropped = len(spare)
+            scored = kept + spare[:P - len(kept)]  # retries exhausted: pad with zero-signal groups
+        ro = self.assemble(index, policy_version, scored)
+        ro.timings.update(timings)
+        if a.dynamic_sampling:
+            ro.metrics["dynamic_sampling/dropped_groups"] = float(dropped)
+        if a.skip_solved_prompts:
+            ro.metrics["sampler/skipped_solved"] = float(self.sampler.skipped - skipped)
+        if self.replay is not None:
+            ro.metrics["replay/replayed"] = float(self.replay.replayed - replayed)
+        return ro
+
+    def assemble(self, index: int, policy_version: int, groups: list[ScoredGroup]) -> Rollout:
+        """The groups as padded tensors with combined rewards and group advantages."""
+        spec, G = self.spec, self.spec.rollout.num_generations
+        pad = self.tokenizer.pad_token_id
+        matrix = np.concatenate([g.rewards for g in groups], axis=0)
+        completions = [c for g in groups for c in g.completions]
+        prompt_ids, prompt_mask = left_pad([g.prompt.ids for g in groups for _ in range(G)], pad)
+        Lc = max(1, max(len(c.token_ids) for c in completions))
+        comp_ids = torch.full((len(completions), Lc), pad, dtype=torch.long)
+        comp_mask = torch.zeros((len(completions), Lc), dtype=torch.long)
+        have_lp = all(c.logprobs is not None for c in completions)
+        samp_lp = torch.zeros((len(completions), Lc)) if have_lp else None
+        for i, c in enumerate(completions):
+            n = len(c.token_ids)
+            comp_ids[i, :n] = torch.tensor(c.token_ids, dtype=torch.long)
+            comp_mask[i, :n] = 1
+            if samp_lp is not None:
+                samp_lp[i, :n] = torch.tensor(c.logprobs)
+        truncated = torch.tensor([c.finish_reason == "length" for c in completions])
+        loss_mask = comp_mask.clone()
+        if spec.algorithm.mask_truncated_completions:
+            loss_mask[truncated] = 0
+
+        per_fn = torch.from_numpy(matrix)
+        rewards = grpo.combine_rewards(per_fn, self.reward_weights)
+        a = spec.algorithm
+        adv, group_std = grpo.group_advantages(rewards, G, a.scale_rewards,
+                                               a.solved_reward if a.advantage_calibration else None)
+        scored = report.ScoredBatch(groups, self.scorer.names, matrix, rewards, adv, group_std, truncated,
+                                    comp_mask.sum(-1).float())
+        metrics = report.rollout_metrics(scored, self.scorer.error_counts)
+        self.unscored.note(scored, index)
+        media = [g.prompt.media for g in groups for _ in range(G)]
+        ro = Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
+                     adv, metrics, report.sample_rows(scored, self.rows, spec.data),
+                     media=media if any(x is not None for x in media) else None)
+        tapes = {id(g.tape): g.tape for g in groups if g.tape is not None}
+        if tapes:  # dynamic sampling's retries: the tape of the most groups (the others' rows train as usual)
+            ro.tape = max(tapes.values(), key=lambda tp: sum(g.tape is tp for g in groups))
+            ro.tape_rows = torch.tensor([ro.tape.row(c) if g.tape is ro.tape else -1
+                                         for g in groups for c in g.completions])
+        return ro
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the builder: the sampler's position and the replay store."""
+        return {"sampler": self.sampler.state_dict(), "replay": None if self.replay is None else self.replay.state_dict()}
+
+    def load_state_dict(self, sampler: dict[str, Any], replay: dict[str, Any] | None) -> None:
+        self.sampler.load_state_dict(sampler)
+        if self.replay is not None:
+            self.replay.load_state_dict(replay or {})  # a run that had replay off stored none
+
+
+def _add(timings: dict[str, float], key: str, seconds: float) -> None:
+    timings[key] = timings.get(key, 0.0) + seconds
