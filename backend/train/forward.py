@@ -32,11 +32,12 @@ import torch
 from transformers import DynamicCache
 
 from backend.multimodal import forward_media, media_positions, stack_media
-from backend.rollout.fast_decode import lean_head, lean_layers, plain_modules, supports
+from backend.rollout.fast_decode import lean_head, lean_layers, plain_modules, rms_norm, supports
 from backend.rollout.hf import positions
 from backend.rollout.tape import ActivationTape, TapeReplay
 from backend.train import grpo
 from backend.train.batch import Rollout
+from backend.train.token_logps import token_logps
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,9 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
 
 def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor, c_mask: torch.Tensor,
                       group_size: int | None = None, media: list[dict[str, torch.Tensor] | None] | None = None,
-                      tape: TapeRows | None = None) -> torch.Tensor:
-    """(B, Lc, V) logits whose position t predicts completion token t.
+                      tape: TapeRows | None = None, head: bool = True) -> torch.Tensor:
+    """(B, Lc, V) logits whose position t predicts completion token t; with head=False the final hidden states
+    (B, Lc, H) the LM head would read there (for `chunked_head` models: token_logps applies the head in slices).
 
     p_ids/p_mask: (B, Lp) left padded; c_ids/c_mask: (B, Lc) right padded. With group_size G,
     rows b*G .. b*G+G-1 must share one prompt (and its images). `media`: each row's image inputs
@@ -76,11 +78,18 @@ def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: t
     `tape`: the rows' recorded linear outputs, replayed by the lean pass (the caller checks ActivationTape.valid_for;
     ignored where the lean pass does not run).
     """
-    Lc, Lp = c_ids.shape[1], p_ids.shape[1]
     # plain Qwen2 / Llama: one lean packed pass (an empty prompt, images or a wrapped model: the forward below)
     if not media and lean_supported(model, p_ids.device) and bool((p_mask.sum(1) > 0).all()):
         G = group_size if group_size and p_ids.shape[0] % group_size == 0 else 1
-        return packed_completion_logits(model, p_ids, p_mask, c_ids, c_mask, G, tape)
+        return packed_completion_logits(model, p_ids, p_mask, c_ids, c_mask, G, tape, head)
+    with contextlib.nullcontext() if head else _head_skipped(model):
+        return _model_completion_logits(model, p_ids, p_mask, c_ids, c_mask, group_size, media)
+
+
+def _model_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor, c_mask: torch.Tensor,
+                             group_size: int | None, media: list[dict[str, torch.Tensor] | None] | None) -> torch.Tensor:
+    """completion_logits through the model's own forward."""
+    Lc, Lp = c_ids.shape[1], p_ids.shape[1]
     if group_size and group_size > 1 and p_ids.shape[0] % group_size == 0:
         G = group_size
         gp_ids, gp_mask = p_ids[::G], p_mask[::G]
@@ -141,8 +150,8 @@ def rows_per_sequence(group_size: int, fed: int) -> int:
     return max([k for k in range(1, group_size + 1) if group_size % k == 0 and k * fed <= PACK_TOKENS] or [1])
 
 
-def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor,
-                             c_mask: torch.Tensor, group_size: int = 1, tape: TapeRows | None = None) -> torch.Tensor:
+def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor, c_mask: torch.Tensor,
+                             group_size: int = 1, tape: TapeRows | None = None, head: bool = True) -> torch.Tensor:
     """(B, Lc, V) completion logits from one lean pass over packed sequences, without padding.
 
     A sequence holds one prompt once, then the unpadded completions of k rows of its group one after another
@@ -152,7 +161,8 @@ def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c
     per row, padded completion tokens not at all, and the whole batch is one pass over the weights (the shared-
     prompt split's second pass and its repeated cache are gone). Logits at padded completion positions (c_mask
     0) are finite and meaningless, as in the plain forward. Every prompt must have at least one token.
-    With `tape` every linear layer's output is the rollout's, gathered per packed slot (TapeReplay)."""
+    With `tape` every linear layer's output is the rollout's, gathered per packed slot (TapeReplay).
+    head=False: the final norm's output instead of the logits (B, Lc, H)."""
     B, Lc = c_ids.shape
     Lp, dev = p_ids.shape[1], c_ids.device
     fed = (c_mask.sum(1) - 1).clamp(min=0)  # completion tokens fed per row
@@ -186,7 +196,8 @@ def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c
     # logit t of row r comes from the token before it: the prompt's last for t = 0, completion token t-1 after
     src = torch.where(t == 0, plen[row_seq][:, None] - 1, slot - 1)
     src = torch.where((t == 0) | (t - 1 < fed[:, None]), src, plen[row_seq][:, None] - 1)  # unscored: any finite
-    return lean_head(model, hidden.reshape(N * S, -1)[row_seq[:, None] * S + src], **lin)
+    x = hidden.reshape(N * S, -1)[row_seq[:, None] * S + src]
+    return lean_head(model, x, **lin) if head else rms_norm(x, model.model.norm)
 
 
 def _replay(tape: TapeRows, plen: torch.Tensor, at: torch.Tensor, in_prompt: torch.Tensor, flat: torch.Tensor,
@@ -206,6 +217,31 @@ def _replay(tape: TapeRows, plen: torch.Tensor, at: torch.Tensor, in_prompt: tor
 
 
 # ---------------------------------------------------------------------------------------------- the door
+
+# config fields of models whose logits are more than the LM head's product (scaled or soft-capped afterwards)
+_LOGIT_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def chunked_head(model) -> bool:
+    """Whether the LM head may be applied in slices outside the model's forward (token_logps): a plain nn.Linear
+    (not a LoRA-wrapped head), whole on this rank (not a ZeRO-3 partition), and nothing done to its output."""
+    head = model.get_output_embeddings()
+    if type(head) is not torch.nn.Linear or hasattr(head.weight, "ds_id"):
+        return False
+    configs = [model.config, getattr(model.config, "text_config", None)]
+    return not any(getattr(c, k, None) for c in configs if c is not None for k in _LOGIT_POSTPROCESSING)
+
+
+@contextlib.contextmanager
+def _head_skipped(model):
+    """The model's forward returns the hidden states its LM head would read, in place of the logits (the head's
+    module hooks still run)."""
+    head = model.get_output_embeddings()
+    head.forward = lambda x: x
+    try:
+        yield
+    finally:
+        del head.forward
 
 
 def rows_of(media: list | None, sl: slice | torch.Tensor) -> list | None:
@@ -227,8 +263,9 @@ class PolicyLogps:
     runs each sequence whole."""
 
     def __init__(self, device: torch.device, autocast_dtype: torch.dtype | None, temperature: float,
-                 group_size: int | None):
+                 group_size: int | None, chunk_tokens: int = 0):
         self.device, self.autocast_dtype, self.temperature, self.group_size = device, autocast_dtype, temperature, group_size
+        self.chunk_tokens = chunk_tokens  # tokens per LM-head slice (0: sized from the vocabulary, token_logps.auto_chunk)
 
     def __call__(self, model, ro: Rollout, rows: slice | torch.Tensor, want_entropy: bool = False,
                  entropy_grad: bool = False) -> TokenLogps:
@@ -265,8 +302,18 @@ class PolicyLogps:
         d = self.device
         p_ids, p_mask = ro.prompt_ids[rows].to(d), ro.prompt_mask[rows].to(d)
         c_ids, c_mask = ro.completion_ids[rows].to(d), ro.completion_mask[rows].to(d)
+        media = rows_of(ro.media, rows)
+        if chunked_head(model):  # the LM head over slices of the sampled tokens: no [tokens x vocabulary] tensor kept
+            with autocast(d, self.autocast_dtype):
+                hidden = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=media, tape=tape, head=False)
+                at = c_mask.bool()
+                lm = model.get_output_embeddings()
+                lp, ent = token_logps(hidden[at], lm.weight, lm.bias, c_ids[at], self.temperature, want_entropy,
+                                      self.chunk_tokens, entropy_grad)
+            logps = hidden.new_zeros(c_ids.shape, dtype=lp.dtype).masked_scatter(at, lp)
+            return TokenLogps(logps, None if ent is None else hidden.new_zeros(c_ids.shape, dtype=ent.dtype).masked_scatter(at, ent))
         with autocast(d, self.autocast_dtype):
-            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=rows_of(ro.media, rows), tape=tape)
+            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=media, tape=tape)
         logits = logits.float() / self.temperature
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None
