@@ -5,6 +5,12 @@ Every option is declared here once, with its help text, default and bounds. The 
 these declarations (see `iter_fields`). This module is the bottom of the backend: it imports
 nothing from data, rewards or engines. Whether a spec can run (cross-field rules, files, columns,
 rewards' needs, engines, GPUs) is decided one floor up, by `backend.checks`.
+
+Runtime predicates that more than one place asks (whether the engine runs in worker processes, whether
+training is on GPUs, how weights reach the engine) are derived properties here, written once, so the
+checks, the planner and the trainer cannot disagree. `LOSS_TYPES` is the one table of per-objective
+properties (clipped or not, how the loss is normalised, what it reads) that the checks, the ranks and
+the loss math read.
 """
 
 from __future__ import annotations
@@ -22,9 +28,50 @@ def _adv(**extra: Any) -> dict[str, Any]:
     return {"advanced": True, **extra}
 
 
-LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"]
-# the loss types built on the PPO-style clipped surrogate: `delta` and the clip_ratio metrics apply to these
-CLIPPED_LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+# ----------------------------------------------------------------------------- loss types
+# One table of what the code outside the loss math knows about each objective: the checks, the ranks (dist.py)
+# and the trainer read it; backend/train/grpo.py registers one per-token term under each name (a test holds the
+# registry's keys to this table's). A new objective is one row here and one function there.
+
+# How a step's token losses become one number (grpo.aggregate):
+#   sequence_mean       mean over the step's sequences of each sequence's token mean
+#   sequence_sum        mean over the step's sequences of each sequence's token sum
+#   global_tokens       token sum / tokens in the whole step
+#   constant            token sum / (the step's sequences x max_completion_length)
+#   micro_batch_tokens  token mean within each micro-batch, averaged over the micro-batches
+Normaliser = Literal["sequence_mean", "sequence_sum", "global_tokens", "constant", "micro_batch_tokens"]
+
+
+@dataclass(frozen=True)
+class LossTypeInfo:
+    clipped: bool  # the PPO-style clipped surrogate: `delta` and the clip_ratio/* metrics apply
+    normaliser: Normaliser
+    skip_zero_advantage: bool = False  # zero-advantage rows may be left out exactly (AlgorithmSection.zero_advantage_skippable)
+    options: tuple[str, ...] = ()  # algorithm options only this objective reads
+    importance_sampling_level: Literal["token", "sequence"] | None = None  # the ratio level it is defined on (None: either)
+    weight_cap: bool = False  # epsilon_high caps the importance weight itself, not the ratio at 1 + epsilon_high
+
+    @property
+    def global_normaliser(self) -> bool:
+        """Normalised by counts of the whole step, so the ranks' gradients sum to the one-rank gradient; a
+        per-micro-batch mean (bnpo) is averaged over ranks instead."""
+        return self.normaliser != "micro_batch_tokens"
+
+
+LOSS_TYPES: dict[str, LossTypeInfo] = {
+    "grpo": LossTypeInfo(clipped=True, normaliser="sequence_mean", skip_zero_advantage=True),
+    "bnpo": LossTypeInfo(clipped=True, normaliser="micro_batch_tokens"),
+    "dr_grpo": LossTypeInfo(clipped=True, normaliser="constant", skip_zero_advantage=True),
+    "dapo": LossTypeInfo(clipped=True, normaliser="global_tokens", skip_zero_advantage=True),
+    "cispo": LossTypeInfo(clipped=False, normaliser="global_tokens", weight_cap=True),
+    "sapo": LossTypeInfo(clipped=False, normaliser="sequence_mean",
+                         options=("sapo_temperature_pos", "sapo_temperature_neg")),
+    "luspo": LossTypeInfo(clipped=True, normaliser="sequence_sum", importance_sampling_level="sequence"),
+}
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"]  # spelled out for type checkers
+if get_args(LossType) != tuple(LOSS_TYPES):
+    raise AssertionError("LossType and LOSS_TYPES name different loss types")
+CLIPPED_LOSS_TYPES: tuple[str, ...] = tuple(name for name, info in LOSS_TYPES.items() if info.clipped)
 
 
 class Section(BaseModel):
@@ -298,6 +345,21 @@ class AlgorithmSection(Section):
         """The upper clip range in effect: epsilon_high, or epsilon when epsilon_high is 0."""
         return self.epsilon_high or self.epsilon
 
+    @property
+    def zero_advantage_skippable(self) -> bool:
+        """Whether completions with zero advantage may be left out of the loss pass without changing the step.
+
+        Their clipped-surrogate term is exactly zero (-min(r * 0, clip(r) * 0)) and so is its gradient. Leaving
+        them out is exact when nothing else depends on them: no KL term (beta = 0), a normalisation that counts the
+        step's sequences or tokens globally (grpo, dr_grpo, dapo), not per micro-batch (bnpo), token-level ratios
+        (the clip metrics are token means), and none of the options that look at other rows or tokens (entropy
+        bonus, top-entropy mask, off-policy mask) or change the term (delta). Objectives whose table row does not
+        say skip_zero_advantage are not skipped until shown to be zero at zero advantage."""
+        return (self.beta == 0.0 and LOSS_TYPES[self.loss_type].skip_zero_advantage
+                and self.importance_sampling_level == "token" and self.entropy_coef == 0.0
+                and not self.use_adaptive_entropy and self.top_entropy_quantile == 1.0
+                and not self.off_policy_mask_threshold and not self.delta)
+
 
 class OutputSection(Section):
     runs_dir: str = Field("runs", description="Folder that holds run directories.")
@@ -325,6 +387,41 @@ class RunSpec(Section):
     def completions_per_step(self) -> int:
         return self.algorithm.prompts_per_step * self.rollout.num_generations
 
+    # -- runtime predicates: each written once here, read by the checks, the planner, the builders and the loop
+
+    @property
+    def rollout_in_workers(self) -> bool:
+        """The engine runs in rollout worker processes: separate placement, workers reached by URL, an engine in
+        another environment (worker_python), and LMDeploy always (it pins its own torch). Otherwise (colocated hf
+        or vLLM) it runs in the trainer process."""
+        r = self.rollout
+        return bool(r.worker_urls or r.worker_python) or r.placement == "separate" or r.engine == "lmdeploy"
+
+    def on_gpu(self, gpus_visible: bool) -> bool:
+        """Training runs on CUDA GPUs: device cuda, or auto where GPUs are visible. The caller says whether they
+        are (torch in the trainer, nvidia-smi's list in the studio, which never imports torch)."""
+        return self.resources.device == "cuda" or (self.resources.device == "auto" and gpus_visible)
+
+    def weight_sync_mode(self, on_gpu: bool) -> str:
+        """rollout.weight_sync resolved: auto = collective when training and rollout run on GPUs (NCCL), file on
+        CPU, where the shared-memory file measured faster than a gloo broadcast (python -m bench.weight_sync)."""
+        if self.rollout.weight_sync != "auto":
+            return self.rollout.weight_sync
+        return "collective" if on_gpu else "file"
+
+    @property
+    def adapter_push(self) -> bool:
+        """LoRA runs push only the adapter to engines that take one: vLLM (GPU, and its CPU build, which runs LoRA
+        here and is tested). The hf engine (worker or in-process copy) and LoRA with LMDeploy get the adapter
+        merged into the base weights."""
+        return self.model.finetune == "lora" and self.rollout.engine == "vllm"
+
+    @property
+    def engine_sleeps(self) -> bool:
+        """The engine gives its GPU memory back while the trainer updates: colocated with rollout.sleep, not the hf
+        engine (it samples with the policy's own weights or a copy), and not async (it samples during training)."""
+        r = self.rollout
+        return r.placement == "colocate" and r.sleep and r.engine != "hf" and not r.async_generation
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
