@@ -18,8 +18,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def resolve_device(spec: RunSpec) -> torch.device:
-    want = spec.resources.device
-    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+    if spec.on_gpu(torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise RuntimeError("resources.device is 'cuda' but no CUDA GPU is visible; use device cpu or auto")
         gpus = spec.resources.train_gpus  # one at most: backend.checks rejects more before launch

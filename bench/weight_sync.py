@@ -6,7 +6,7 @@ For the tiny model (2.6M parameters) and a random Qwen2 of about 20M parameters,
 on the same weights, one per mode, take the same update in turns (round-robin, so load from other
 processes falls on both alike). Printed: median wall seconds of one update (the trainer waits for all
 workers), the trainer process's CPU seconds (time.process_time), and collective / file. What
-rollout.weight_sync=auto picks on CPU follows from these figures (builders.weight_sync_mode).
+rollout.weight_sync=auto picks on CPU follows from these figures (RunSpec.weight_sync_mode).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ gloo on CPU, NCCL on GPUs, received in the worker's process, one rank per instan
 loaded here through reload_weights. vLLM 0.32's own `weight_transfer_config` path (NCCL straight into
 every TP rank) is not used.
 
-LoRA (cfg.max_lora_rank > 0, chosen by checks.adapter_push): the engine runs with enable_lora and the
+LoRA (cfg.max_lora_rank > 0, chosen by RunSpec.adapter_push): the engine runs with enable_lora and the
 trainer pushes only the adapter. update_weights(..., adapter=config) writes it in peft's format (adapter_config.json +
 adapter_model.safetensors, in shared memory) and registers it as a LoRARequest with a new int id per
 version (vLLM caches adapters by id); every later request samples with it, the previous one is removed,

@@ -8,7 +8,6 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, get_scheduler
 
-from backend import checks
 from backend.models import compute_dtype, load_base, model_ref
 from backend.rollout.base import RolloutEngine
 from backend.rollout.worker import WorkerConfig
@@ -81,17 +80,9 @@ def build_scheduler(spec: RunSpec, optimizer: torch.optim.Optimizer):
     return get_scheduler(name, optimizer, num_warmup_steps=a.warmup_steps, num_training_steps=a.max_steps)
 
 
-def uses_workers(spec: RunSpec) -> bool:
-    """Engines in rollout worker processes: separate placement, workers reached by URL, an engine in another
-    environment (worker_python), and LMDeploy always (it pins its own torch). Otherwise (colocated hf or vLLM)
-    the engine runs in the trainer process."""
-    r = spec.rollout
-    return bool(r.worker_urls or r.worker_python) or r.placement == "separate" or r.engine == "lmdeploy"
-
-
 def worker_config(spec: RunSpec, base_dir: Path) -> WorkerConfig:
-    r, res, m = spec.rollout, spec.resources, spec.model
-    on_gpu = res.device == "cuda" or (res.device == "auto" and torch.cuda.is_available())
+    r, m = spec.rollout, spec.model
+    on_gpu = spec.on_gpu(torch.cuda.is_available())
     full_bf16 = compute_dtype(spec) is not None  # the trainer computes in bf16 over fp32 weights: so does an hf worker
     dtype = "float32" if full_bf16 and r.engine == "hf" else m.dtype
     if dtype == "auto":
@@ -102,31 +93,27 @@ def worker_config(spec: RunSpec, base_dir: Path) -> WorkerConfig:
                         tensor_parallel_size=r.tensor_parallel_size, gpu_memory_utilization=r.gpu_memory_utilization,
                         enable_sleep=r.sleep and r.placement == "colocate", lmdeploy_backend=r.lmdeploy_backend,
                         max_model_len=0, seed=spec.algorithm.seed,
-                        max_lora_rank=m.lora_rank if checks.adapter_push(spec) else 0)
+                        max_lora_rank=m.lora_rank if spec.adapter_push else 0)
 
 
 def rollout_gpu_sets(spec: RunSpec) -> list[list[int]] | None:
     """GPUs of each engine instance: consecutive runs of tensor_parallel_size rollout GPUs (None on CPU)."""
     r, res = spec.rollout, spec.resources
     gpus = res.rollout_gpus if r.placement == "separate" else res.train_gpus[:1] or [0]
-    if res.device == "cpu" or not gpus or not torch.cuda.is_available():
+    cuda = torch.cuda.is_available()
+    if not (gpus and cuda and spec.on_gpu(cuda)):
         return None
     tp = r.tensor_parallel_size
     return [gpus[i * tp:(i + 1) * tp] for i in range(r.data_parallel_size)]
 
 
-def weight_sync_mode(spec: RunSpec) -> str:
-    """rollout.weight_sync for this machine (the rule is checks.weight_sync_mode)."""
-    res = spec.resources
-    return checks.weight_sync_mode(spec, res.device == "cuda" or (res.device == "auto" and torch.cuda.is_available()))
-
-
 def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype | None = None,
                  base_dir: Path = Path("."), log_dir: Path | None = None, tape_budget: int = 0) -> RolloutEngine:
-    """The rollout engine: a pool of rollout workers (uses_workers), colocated vLLM in this process, or the
-    hf engine here. Sync hf shares the policy's weights (no sync needed) and records the activation tape within
+    """The rollout engine: a pool of rollout workers (spec.rollout_in_workers), colocated vLLM in this process, or
+    the hf engine here. Sync hf shares the policy's weights (no sync needed) and records the activation tape within
     `tape_budget` bytes (float32 only); async hf samples with its own copy."""
     r = spec.rollout
+    weight_sync = spec.weight_sync_mode(spec.on_gpu(torch.cuda.is_available()))
     if r.worker_urls:
         from backend.rollout.pool import RolloutPool
         from backend.rollout.worker import connect_worker
@@ -139,15 +126,15 @@ def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype |
             for h in handles:
                 h.close()
             raise
-        return RolloutPool(handles, weight_sync=weight_sync_mode(spec), bucket_mb=r.weight_sync_bucket_mb,
+        return RolloutPool(handles, weight_sync=weight_sync, bucket_mb=r.weight_sync_bucket_mb,
                            channel_timeout_s=r.worker_timeout_s)
-    if uses_workers(spec):
+    if spec.rollout_in_workers:
         from backend.rollout.pool import start_workers
 
         count = r.data_parallel_size if r.placement == "separate" else 1
         return start_workers(worker_config(spec, base_dir), count, log_dir or Path("."), rollout_gpu_sets(spec),
                              python=r.worker_python, call_timeout_s=r.worker_timeout_s,
-                             weight_sync=weight_sync_mode(spec), bucket_mb=r.weight_sync_bucket_mb)
+                             weight_sync=weight_sync, bucket_mb=r.weight_sync_bucket_mb)
     if r.engine == "vllm":
         from backend.rollout.vllm_engine import VLLMEngine
 

@@ -37,14 +37,10 @@ import torch
 import torch.distributed as tdist
 
 from backend.rundir import RunDir
-from backend.spec import RunSpec
+from backend.spec import LOSS_TYPES, RunSpec
 from backend.train.batch import PendingRollout, Rollout
 from backend.train.supervise import free_port
 
-# Loss types whose value is a mean of per-micro-batch means (bnpo): the ranks' gradients are averaged.
-# Every other loss type is normalised by global counts (tokens or sequences of the whole step), so the
-# true gradient is the sum of the ranks' gradients.
-MEAN_LOSSES = frozenset({"bnpo"})
 # Training metrics that are not per-rank means: summed (loss), global already, or the same on every rank.
 NOT_AVERAGED = frozenset({"loss", "grad_norm", "learning_rate", "entropy_coef"})
 PUSH_BUCKET_BYTES = 256 << 20  # ZeRO-3 weight push: gather at most this much at a time
@@ -177,7 +173,7 @@ class Ranks:
     local_rank: int = 0
     stage: int = 0  # DeepSpeed ZeRO stage; 0 = plain torch (all-reduce of gradients when world > 1)
     device: torch.device | None = None  # the rank's device when distributed; None = the spec's
-    loss_sums: bool = True  # the loss type's normaliser is global (see MEAN_LOSSES)
+    loss_sums: bool = True  # the loss type's normaliser is global (LossTypeInfo.global_normaliser)
     ds_engine: Any = None
     comm_s: float = 0.0  # seconds in this module's collectives (rollout broadcast, counts, gradients at stage 0)
     _comm_reported: float = 0.0
@@ -494,14 +490,16 @@ def setup(spec: RunSpec) -> Ranks:
     process; a plain single-process run gets a Ranks on which every hook is the identity."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     stage = spec.resources.deepspeed_stage
-    loss_sums = spec.algorithm.loss_type not in MEAN_LOSSES
+    # a loss normalised by the whole step's counts: the true gradient is the sum of the ranks' gradients; a mean
+    # of per-micro-batch means (bnpo) averages them instead
+    loss_sums = LOSS_TYPES[spec.algorithm.loss_type].global_normaliser
     if world == 1 and not stage:
         return Ranks(loss_sums=loss_sums)
     if "MASTER_ADDR" not in os.environ:  # DeepSpeed on one process, started without torchrun
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0",
                           WORLD_SIZE="1")
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = spec.resources.device == "cuda" or (spec.resources.device == "auto" and torch.cuda.is_available())
+    use_cuda = spec.on_gpu(torch.cuda.is_available())
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
