@@ -16,8 +16,9 @@ from app.form import Validation, field_doc, fields, spec_to_values, to_widget, v
 from app.locales import t
 from app.model_info import model_summary
 from app.sections import BuildContext, algorithm, data, model, output, resources, rewards, rollout
-from backend.checks import Machine, plan
 from backend.importers import import_any
+from backend.machine import Machine
+from backend.plan import plan
 from backend.spec import RunSpec, SpecError, SpecIssue
 
 SECTIONS = (("model", "sec_model", model), ("data", "sec_data", data), ("rewards", "sec_rewards", rewards),

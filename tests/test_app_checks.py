@@ -12,8 +12,9 @@ from app.commands import export_yaml, list_presets, load_preset, preset_path, sa
 from app.data_preview import preview_rows
 from app.model_info import estimate_params, human_count, model_summary
 from app.reward_test import score_rewards
-from backend.checks import GPU, Machine, plan
 from backend.data import DataError, head_rows
+from backend.machine import GPU, Machine
+from backend.plan import plan
 from backend.spec import apply_overrides, load_spec, spec_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,9 @@ import pytest
 
 from app.form import spec_to_values, validate_values
 from app.paths import Workspace
-from backend.checks import Machine, check, check_spec, plan
+from backend.checks import check, check_spec
+from backend.machine import Machine
+from backend.plan import plan
 from backend.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent

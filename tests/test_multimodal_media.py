@@ -29,7 +29,8 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
-from backend.checks import Machine, check_machine, check_spec, torchvision_error
+from backend.checks import check_machine, check_spec
+from backend.machine import Machine, torchvision_error
 from backend.multimodal import (
     MediaError,
     VisionProcessor,

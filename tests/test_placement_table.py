@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+import backend.machine
 from app.form import spec_to_values, validate_values
-from backend import checks
-from backend.checks import GPU, Machine, plan
 from backend.launcher import create_run
+from backend.machine import GPU, Machine
+from backend.plan import plan
 from backend.spec import SpecError, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +55,7 @@ ROWS = [
 
 @pytest.mark.parametrize("machine,overrides,expect", [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
 def test_split_table(tmp_path, monkeypatch, machine, overrides, expect) -> None:
-    monkeypatch.setattr(checks, "_detect_machine", lambda: machine)
+    monkeypatch.setattr(backend.machine, "_detect_machine", lambda: machine)
     spec = load_spec(TINY, [f"output.runs_dir={tmp_path}", *overrides])
     # the studio's form
     form = validate_values(spec_to_values(spec), ROOT)

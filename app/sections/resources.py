@@ -11,7 +11,7 @@ from app.fields import section_fields
 from app.form import FieldValueError, field_doc, from_widget
 from app.locales import t
 from app.sections import BuildContext
-from backend.checks import GPU, detect_gpus
+from backend.machine import GPU, detect_gpus
 
 
 def chip_label(gpu: GPU) -> str:
