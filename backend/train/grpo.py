@@ -1,21 +1,26 @@
 """GRPO math: rewards to advantages, per-token log-probabilities, and the policy objectives.
 
 Pure tensor functions, no trainer state, so each formula can be checked by hand in tests and against
-the reference implementation: `policy_loss` equals TRL 1.16's `GRPOTrainer._compute_loss` in value and in
+the reference implementation: the loss equals TRL 1.16's `GRPOTrainer._compute_loss` in value and in
 gradient for every loss type and option it takes (tests/test_objectives_trl.py replays recorded TRL cases).
 Option names are TRL's GRPOConfig names, so configs and papers carry over.
+
+The objectives are verl-style: a registry (`POLICY_TERMS`) of one small per-token function per loss type of
+`spec.LOSS_TYPES`, the table that also says how each is normalised (`aggregate`). The trainer calls
+`loss(algorithm, LossInputs(...))`; `policy_loss(...)` is the same under TRL's keyword names, for the parity
+tests.
 Notation: B completions, T completion tokens (right padded), mask[b, t] = 1 on real tokens.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import get_args
 
 import torch
 
-from backend.spec import CLIPPED_LOSS_TYPES, LossType
+from backend.spec import CLIPPED_LOSS_TYPES, LOSS_TYPES, AlgorithmSection, Normaliser
 
 
 def combine_rewards(per_fn: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -61,9 +66,6 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
-
-
-LOSS_TYPES: tuple[str, ...] = get_args(LossType)
 
 
 @dataclass
@@ -158,9 +160,124 @@ class EntropyControl:
         self.last_entropy = entropy
 
 
+# ----------------------------------------------------------------------------- the objectives
+# verl-style: one small function per objective's per-token term, registered under the loss type's name in
+# spec.LOSS_TYPES (tests/test_loss_types.py holds the keys equal), and one aggregation that reads the table's
+# normaliser. Everything else (masks, importance weights, KL, entropy bonus) is the same for every loss type.
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The algorithm options the loss math reads, resolved (TRL's GRPOConfig names): `Objective.of(algorithm)`."""
+
+    loss_type: str
+    epsilon_low: float
+    epsilon_high: float  # the upper clip range in effect (AlgorithmSection.upper_clip); cispo: the weight's cap
+    is_level: str = "token"  # importance_sampling_level
+    beta: float = 0.0
+    delta: float | None = None  # two-sided clip (None = off)
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    use_bias_correction_kl: bool = False
+    off_policy_mask_threshold: float | None = None  # None = off
+    top_entropy_quantile: float = 1.0
+
+    @classmethod
+    def of(cls, a: AlgorithmSection) -> Objective:
+        return cls(loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
+                   is_level=a.importance_sampling_level, beta=a.beta, delta=a.delta or None,
+                   sapo_temperature_pos=a.sapo_temperature_pos, sapo_temperature_neg=a.sapo_temperature_neg,
+                   use_bias_correction_kl=a.use_bias_correction_kl,
+                   off_policy_mask_threshold=a.off_policy_mask_threshold or None,
+                   top_entropy_quantile=a.top_entropy_quantile)
+
+
+@dataclass
+class LossInputs:
+    """One micro-batch's tensors and the step's counts. B rows, T completion tokens (right padded)."""
+
+    logps: torch.Tensor  # (B, T) under the policy being trained, with grad
+    old_logps: torch.Tensor | None  # (B, T) of the policy before this batch's updates; None = logps (ratio 1)
+    advantages: torch.Tensor  # (B,)
+    mask: torch.Tensor  # (B, T): 1 on the tokens the loss acts on
+    ref_logps: torch.Tensor | None = None  # (B, T) of the reference model (needed when beta > 0)
+    sampling_logps: torch.Tensor | None = None  # (B, T) from the engine, for the off-policy mask (else old_logps)
+    entropies: torch.Tensor | None = None  # (B, T): the entropy bonus and the top-entropy mask read them
+    token_weights: torch.Tensor | None = None  # (B, T) or (B, 1): truncated importance sampling (importance_weights)
+    entropy_coef: float = 0.0  # the coefficient to apply now (EntropyControl.apply)
+    global_num_tokens: float | None = None  # loss tokens in the whole step, all ranks (None: this micro-batch's x count)
+    global_num_seqs: int | None = None  # sequences in the whole step, all ranks (None: B x num_micro_batches)
+    num_micro_batches: int = 1  # micro-batches in the step (gradient accumulation)
+    max_completion_length: int | None = None  # dr_grpo's normaliser
+
+
+# (ratio (B, T) or (B, 1), advantages (B, 1), logps (B, T), objective) -> the per-token loss before masks
+PolicyTerm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Objective], torch.Tensor]
+POLICY_TERMS: dict[str, PolicyTerm] = {}
+
+
+def register_term(*loss_types: str) -> Callable[[PolicyTerm], PolicyTerm]:
+    """Register `fn` as the per-token term of `loss_types` (names of spec.LOSS_TYPES)."""
+    def deco(fn: PolicyTerm) -> PolicyTerm:
+        for name in loss_types:
+            if name not in LOSS_TYPES:
+                raise ValueError(f"{name!r} is not in spec.LOSS_TYPES")
+            POLICY_TERMS[name] = fn
+        return fn
+    return deco
+
+
+@register_term(*CLIPPED_LOSS_TYPES)
+def clipped_term(ratio: torch.Tensor, adv: torch.Tensor, logps: torch.Tensor, o: Objective) -> torch.Tensor:
+    """PPO's clipped surrogate: -min(r' A, clip(r, 1 - eps_low, 1 + eps_high) A), r' = min(r, delta) when `delta`
+    is set (INTELLECT-2's two-sided clip), else r."""
+    clipped = torch.clamp(ratio, 1 - o.epsilon_low, 1 + o.epsilon_high)
+    unclipped = torch.clamp(ratio, max=o.delta) if o.delta is not None else ratio
+    return -torch.min(unclipped * adv, clipped * adv)
+
+
+@register_term("cispo")
+def cispo_term(ratio: torch.Tensor, adv: torch.Tensor, logps: torch.Tensor, o: Objective) -> torch.Tensor:
+    """MiniMax-M1's CISPO: -sg(min(r, eps_high)) A logp; the IS weight is clipped and detached, eps_high is the cap."""
+    weight = torch.clamp(ratio, max=o.epsilon_high).detach()
+    return -weight * adv * logps
+
+
+@register_term("sapo")
+def sapo_term(ratio: torch.Tensor, adv: torch.Tensor, logps: torch.Tensor, o: Objective) -> torch.Tensor:
+    """SAPO's soft gate: -sigmoid(tau (r - 1)) 4 / tau A, tau = sapo_temperature_pos if A > 0 else _neg."""
+    tau = torch.where(adv > 0, o.sapo_temperature_pos, o.sapo_temperature_neg)
+    return -(torch.sigmoid(tau * (ratio - 1)) * 4 / tau) * adv
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, normaliser: Normaliser, x: LossInputs) -> torch.Tensor:
+    """This micro-batch's share of the step's loss under `normaliser` (see spec.Normaliser): summed over the
+    step's micro-batches (and ranks, for a global normaliser) it gives the step's loss."""
+    n_seqs = x.global_num_seqs if x.global_num_seqs is not None else x.logps.shape[0] * x.num_micro_batches
+    if normaliser == "sequence_mean":
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / n_seqs
+    if normaliser == "micro_batch_tokens":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1) / x.num_micro_batches
+    if normaliser == "constant":
+        if x.max_completion_length is None:
+            raise ValueError("a constant normaliser (dr_grpo) needs max_completion_length")
+        return (per_token * mask).sum() / (n_seqs * x.max_completion_length)
+    if normaliser == "global_tokens":
+        tokens = x.global_num_tokens if x.global_num_tokens is not None else float(mask.sum()) * x.num_micro_batches
+        return (per_token * mask).sum() / max(tokens, 1.0)
+    if normaliser == "sequence_sum":
+        return (per_token * mask).sum(-1).sum() / n_seqs
+    raise ValueError(f"unknown normaliser {normaliser!r}")
+
+
+def loss(a: AlgorithmSection, x: LossInputs) -> LossOut:
+    """The policy objective of one micro-batch under the spec's algorithm section (the trainer's entry)."""
+    return objective_loss(Objective.of(a), x)
+
+
 def policy_loss(
     logps: torch.Tensor,
-    old_logps: torch.Tensor,
+    old_logps: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
@@ -185,19 +302,28 @@ def policy_loss(
     entropy_coef: float = 0.0,
     token_weights: torch.Tensor | None = None,
 ) -> LossOut:
+    """`objective_loss` under TRL's keyword names, one argument per GRPOConfig option: the form the TRL parity
+    tests (tests/test_objectives_trl.py, tests/test_grpo_math.py) replay recorded cases through."""
+    objective = Objective(loss_type, epsilon_low, epsilon_high, is_level, beta, delta, sapo_temperature_pos,
+                          sapo_temperature_neg, use_bias_correction_kl, off_policy_mask_threshold, top_entropy_quantile)
+    return objective_loss(objective, LossInputs(
+        logps, old_logps, advantages, mask, ref_logps=ref_logps, sampling_logps=sampling_logps, entropies=entropies,
+        token_weights=token_weights, entropy_coef=entropy_coef, global_num_tokens=global_num_tokens,
+        global_num_seqs=global_num_seqs, num_micro_batches=num_micro_batches,
+        max_completion_length=max_completion_length))
+
+
+def objective_loss(o: Objective, x: LossInputs) -> LossOut:
     """The policy objective of one micro-batch, TRL 1.16's `_compute_loss` term by term.
 
     ratio r = exp(logps - old_logps) per token, or for is_level='sequence' (GSPO) one ratio per sequence,
-    exp(mean over its tokens of the log-ratio). Per-token loss by `loss_type`:
-        grpo/bnpo/dr_grpo/dapo/luspo: -min(r' A, clip(r, 1 - eps_low, 1 + eps_high) A), r' = min(r, delta)
-                                      when `delta` is set (INTELLECT-2's two-sided clip), else r
-        cispo: -sg(min(r, eps_high)) A logp    (MiniMax-M1: the IS weight is clipped and detached; eps_high is the cap)
-        sapo:  -sigmoid(tau (r - 1)) 4 / tau A,  tau = sapo_temperature_pos if A > 0 else sapo_temperature_neg
-    then times the off-policy sequence mask (off_policy_mask_threshold, against `sampling_logps`, else old_logps)
-    and the high-entropy token mask (top_entropy_quantile < 1, from `entropies`), plus
-    the truncated importance sampling weights (`token_weights`, see importance_weights), plus
-    beta * k3 KL to the reference (times r when use_bias_correction_kl: DeepSeek-V3.2's unbiased estimate).
-    Aggregation over the step (all micro-batches of one optimizer step):
+    exp(mean over its tokens of the log-ratio). The per-token loss is the loss type's registered term
+    (POLICY_TERMS: clipped_term, cispo_term, sapo_term), then times the off-policy sequence mask
+    (off_policy_mask_threshold, against `sampling_logps`, else old_logps) and the high-entropy token mask
+    (top_entropy_quantile < 1, from `entropies`), plus the truncated importance sampling weights
+    (`token_weights`, see importance_weights), plus beta * k3 KL to the reference (times r when
+    use_bias_correction_kl: DeepSeek-V3.2's unbiased estimate).
+    Aggregation over the step (all micro-batches of one optimizer step) is the table's normaliser (`aggregate`):
         grpo, sapo:   mean over sequences of each sequence's token mean
         bnpo:         token mean within each micro-batch, averaged over micro-batches
         dr_grpo:      token sum / (sequences in the step x max_completion_length)
@@ -208,86 +334,64 @@ def policy_loss(
     (see entropy_coef_to_apply). The returned loss is this micro-batch's share, so gradients accumulate to the
     step's loss.
     """
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"unknown loss_type {loss_type!r}")
-    mask = mask.to(logps.dtype)
-    adv = advantages.unsqueeze(-1)
-    if old_logps is None:
-        old_logps = logps.detach()
+    term = POLICY_TERMS.get(o.loss_type)
+    if term is None:
+        raise ValueError(f"unknown loss_type {o.loss_type!r}")
+    logps, entropies, num_micro_batches = x.logps, x.entropies, x.num_micro_batches
+    mask = x.mask.to(logps.dtype)
+    adv = x.advantages.unsqueeze(-1)
+    old_logps = x.old_logps if x.old_logps is not None else logps.detach()
 
     entropy_mask = None
-    if top_entropy_quantile < 1.0:
+    if o.top_entropy_quantile < 1.0:
         if entropies is None:
             raise ValueError("top_entropy_quantile < 1 needs per-token entropies")
-        entropy_mask = high_entropy_mask(entropies, mask, top_entropy_quantile).to(mask.dtype)
+        entropy_mask = high_entropy_mask(entropies, mask, o.top_entropy_quantile).to(mask.dtype)
     seq_mask = None
-    if off_policy_mask_threshold is not None:
-        reference = sampling_logps if sampling_logps is not None else old_logps
-        seq_mask = off_policy_mask(advantages, logps, reference, mask, off_policy_mask_threshold)
+    if o.off_policy_mask_threshold is not None:
+        reference = x.sampling_logps if x.sampling_logps is not None else old_logps
+        seq_mask = off_policy_mask(x.advantages, logps, reference, mask, o.off_policy_mask_threshold)
 
     log_ratio = logps - old_logps
-    if is_level == "sequence":
+    if o.is_level == "sequence":
         log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1)
-    elif is_level != "token":
-        raise ValueError(f"unknown importance_sampling_level {is_level!r}")
+    elif o.is_level != "token":
+        raise ValueError(f"unknown importance_sampling_level {o.is_level!r}")
     ratio = torch.exp(log_ratio)
 
     per_token_kl = None
-    if beta != 0.0:
-        if ref_logps is None:
+    if o.beta != 0.0:
+        if x.ref_logps is None:
             raise ValueError("beta > 0 needs reference logprobs")
-        d = ref_logps - logps
+        d = x.ref_logps - logps
         per_token_kl = torch.exp(d) - d - 1
-        if use_bias_correction_kl:
+        if o.use_bias_correction_kl:
             per_token_kl = per_token_kl * ratio
 
-    if loss_type == "cispo":
-        weight = torch.clamp(ratio, max=epsilon_high).detach()
-        per_token = -weight * adv * logps
-    elif loss_type == "sapo":
-        tau = torch.where(adv > 0, sapo_temperature_pos, sapo_temperature_neg)
-        per_token = -(torch.sigmoid(tau * (ratio - 1)) * 4 / tau) * adv
-    else:
-        clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-        unclipped = torch.clamp(ratio, max=delta) if delta is not None else ratio
-        per_token = -torch.min(unclipped * adv, clipped * adv)
+    per_token = term(ratio, adv, logps, o)
     if seq_mask is not None:
         per_token = per_token * seq_mask
     if entropy_mask is not None:
         per_token = per_token * entropy_mask
-    if token_weights is not None:  # truncated importance sampling (importance_weights), as TRL: not on the KL term
-        per_token = per_token * token_weights
+    if x.token_weights is not None:  # truncated importance sampling (importance_weights), as TRL: not on the KL term
+        per_token = per_token * x.token_weights
     if per_token_kl is not None:
-        per_token = per_token + beta * per_token_kl
+        per_token = per_token + o.beta * per_token_kl
     per_token = per_token.expand_as(logps)
-
-    n_seqs = global_num_seqs if global_num_seqs is not None else logps.shape[0] * num_micro_batches
-    if loss_type in ("grpo", "sapo"):
-        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / n_seqs
-    elif loss_type == "bnpo":
-        loss = (per_token * mask).sum() / mask.sum().clamp(min=1) / num_micro_batches
-    elif loss_type == "dr_grpo":
-        if max_completion_length is None:
-            raise ValueError("dr_grpo needs max_completion_length")
-        loss = (per_token * mask).sum() / (n_seqs * max_completion_length)
-    elif loss_type in ("dapo", "cispo"):
-        tokens = global_num_tokens if global_num_tokens is not None else float(mask.sum()) * num_micro_batches
-        loss = (per_token * mask).sum() / max(tokens, 1.0)
-    else:  # luspo
-        loss = (per_token * mask).sum(-1).sum() / n_seqs
+    total = aggregate(per_token, mask, LOSS_TYPES[o.loss_type].normaliser, x)
 
     entropy_sum = entropy_tokens = 0.0
     if entropies is not None:
         effective = mask if entropy_mask is None else mask * entropy_mask
         bonus_tokens = effective.sum()
-        if entropy_coef != 0.0:
-            loss = loss - entropy_coef * (entropies * effective).sum() / bonus_tokens.clamp(min=1.0) / num_micro_batches
+        if x.entropy_coef != 0.0:
+            total = total - x.entropy_coef * (entropies * effective).sum() / bonus_tokens.clamp(min=1.0) / num_micro_batches
         entropy_sum, entropy_tokens = float((entropies.detach() * effective).sum()), float(bonus_tokens)
 
     with torch.no_grad():
-        metrics = _metrics(loss_type, ratio, adv, mask, epsilon_low, epsilon_high, seq_mask, entropy_mask)
+        metrics = _metrics(o.loss_type, ratio, adv, mask, o.epsilon_low, o.epsilon_high, seq_mask, entropy_mask)
         kl = _masked_mean_any(per_token_kl.detach(), mask) if per_token_kl is not None else torch.zeros((), dtype=logps.dtype)
-    return LossOut(loss, kl, metrics, entropy_sum, entropy_tokens)
+    return LossOut(total, kl, metrics, entropy_sum, entropy_tokens)
 
 
 def _masked_mean_any(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -300,13 +404,14 @@ def _masked_mean_any(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def _metrics(loss_type: str, ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, epsilon_low: float,
              epsilon_high: float, seq_mask: torch.Tensor | None, entropy_mask: torch.Tensor | None) -> dict[str, float]:
     out: dict[str, float] = {}
-    if loss_type in CLIPPED_LOSS_TYPES:
+    info = LOSS_TYPES[loss_type]
+    if info.clipped:
         low = ((ratio < 1 - epsilon_low) & (adv < 0)).to(mask.dtype)
         high = ((ratio > 1 + epsilon_high) & (adv > 0)).to(mask.dtype)
         out["clip_ratio/low_mean"] = float(_masked_mean_any(low, mask))
         out["clip_ratio/high_mean"] = float(_masked_mean_any(high, mask))
         out["clip_ratio/region_mean"] = float(_masked_mean_any(((low + high) > 0).to(mask.dtype), mask))
-    elif loss_type == "cispo":
+    elif info.weight_cap:  # TRL's name for the fraction of weights at the cap
         out["cispo_clip_ratio"] = float(_masked_mean_any(((ratio > epsilon_high) & (adv > 0)).to(mask.dtype), mask))
     if seq_mask is not None:  # fraction of sequences dropped as too far off-policy
         out["off_policy_mask/masked_ratio"] = float(1 - seq_mask.mean())
