@@ -475,8 +475,3 @@ def validate_or_raise(spec: RunSpec, base_dir: str | Path = ".", machine: Machin
         raise SpecError(issues)
     return spec
 
-
-def adapter_push(spec: RunSpec) -> bool:
-    """The rule is RunSpec.adapter_push; this name stays only until backend/train/loop.py (being rewritten) reads
-    the property, and goes with that rewrite."""
-    return spec.adapter_push

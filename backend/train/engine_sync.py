@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from backend import checks
 from backend.rollout.base import RolloutEngine
 from backend.spec import RunSpec
 from backend.train.builders import adapter_config, adapter_state, engine_weights, lora_scalings, merge_lora_state
@@ -27,10 +26,9 @@ class EngineSync:
         self.policy, self.engine, self.ranks = policy, engine, ranks
         self.shares_policy = engine is not None and engine.shares(policy)
         self.version = 0  # the policy version (optimizer steps taken) of the weights the engine holds
-        r = spec.rollout  # a colocated GPU engine sleeps while the trainer updates (sync only: async keeps it busy)
-        self.engine_sleeps = r.placement == "colocate" and r.sleep and r.engine != "hf" and not r.async_generation
+        self.engine_sleeps = spec.engine_sleeps  # a colocated GPU engine sleeps while the trainer updates
         # LoRA with an engine that takes adapters: only the adapter is pushed
-        self.adapter = adapter_config(policy) if checks.adapter_push(spec) and engine is not None else None
+        self.adapter = adapter_config(policy) if spec.adapter_push and engine is not None else None
 
     def export(self) -> dict[str, torch.Tensor] | None:
         peft_names = self.engine is not None and self.engine.keeps_peft_names
