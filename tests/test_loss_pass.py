@@ -11,7 +11,7 @@ import torch
 from backend.launcher import create_run
 from backend.spec import AlgorithmSection, load_spec
 from backend.train.batch import live_groups
-from backend.train.loop import GRPOTrainer, zero_advantage_skippable
+from backend.train.loop import GRPOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,12 +28,12 @@ def test_only_exact_cases_skip() -> None:
     def algo(**kw: object) -> AlgorithmSection:
         return AlgorithmSection(**kw)
 
-    assert zero_advantage_skippable(algo()) and zero_advantage_skippable(algo(loss_type="dapo"))
-    assert not zero_advantage_skippable(algo(beta=0.04))  # the KL term has a gradient at zero advantage
-    assert not zero_advantage_skippable(algo(loss_type="bnpo"))  # normalised by the micro-batch's own token count
-    assert not zero_advantage_skippable(algo(entropy_coef=0.01))  # the entropy bonus acts on every row
-    assert not zero_advantage_skippable(algo(top_entropy_quantile=0.2))  # the quantile is over all tokens
-    assert not zero_advantage_skippable(algo(importance_sampling_level="sequence"))
+    assert algo().zero_advantage_skippable and algo(loss_type="dapo").zero_advantage_skippable
+    assert not algo(beta=0.04).zero_advantage_skippable  # the KL term has a gradient at zero advantage
+    assert not algo(loss_type="bnpo").zero_advantage_skippable  # normalised by the micro-batch's own token count
+    assert not algo(entropy_coef=0.01).zero_advantage_skippable  # the entropy bonus acts on every row
+    assert not algo(top_entropy_quantile=0.2).zero_advantage_skippable  # the quantile is over all tokens
+    assert not algo(importance_sampling_level="sequence").zero_advantage_skippable
 
 
 def _trainer(tmp_path: Path, *overrides: str) -> GRPOTrainer:

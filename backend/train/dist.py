@@ -393,16 +393,6 @@ class Ranks:
             with deepspeed.zero.GatheredParameters([p for _, p in bucket]):
                 yield [(n, p.detach()) for n, p in bucket]
 
-    def push_weights(self, engine, policy) -> None:
-        """Load the policy's weights into rank 0's rollout engine (all ranks call it under ZeRO-3)."""
-        if not self.params_sharded:
-            if engine is not None:
-                engine.update_weights(policy.named_parameters())
-            return
-        for bucket in self.gathered(policy):
-            if engine is not None:
-                engine.update_weights(bucket)
-
     def model_state(self, policy) -> dict[str, torch.Tensor] | None:
         """Full weights for save_pretrained under ZeRO-3 (on rank 0; gathered bucket by bucket, kept on
         CPU); None where the module's own parameters are whole."""

@@ -34,7 +34,7 @@ from backend.models import compute_dtype, load_tokenizer, load_vision_processor,
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.hf import HFEngine
 from backend.rundir import RunDir
-from backend.spec import AlgorithmSection, RunSpec
+from backend.spec import RunSpec
 from backend.train import checkpoint, dist, grpo, report
 from backend.train.batch import PendingRollout, Rollout, live_groups
 from backend.train.builders import build_engine, build_optimizer, build_policy, build_reference, build_scheduler
@@ -257,7 +257,7 @@ class GRPOTrainer:
         """One optimizer step over the rollout (micro-batches accumulate); its metrics. `clock` gets its seconds.
 
         Groups whose advantages are all zero are left out of the forward and backward when that is exact (see
-        `zero_advantage_skippable`): their loss and gradient are exactly zero. Entropy is then the mean over
+        `AlgorithmSection.zero_advantage_skippable`): their loss and gradient are exactly zero. Entropy is then the mean over
         the completions that trained; the clip ratios stay over all tokens (skipped tokens never clip)."""
         a, r, d = self.spec.algorithm, self.spec.rollout, self.device
         B, G, ga = ro.completion_ids.shape[0], r.num_generations, a.gradient_accumulation_steps
@@ -269,7 +269,7 @@ class GRPOTrainer:
         # one process only: ranks must run the same collectives and report the same metrics (and DeepSpeed
         # counts micro-batches to find its accumulation boundary)
         skip = (self.skip_zero_advantage and mb % G == 0 and not control.enabled and self.ranks.world == 1
-                and zero_advantage_skippable(a))
+                and a.zero_advantage_skippable)
         ent_sum = ent_tokens = 0.0
         trained = rows_run = rows_replayed = 0  # micro-batches that ran; completions through the pass, replayed
         t0 = time.time()
@@ -289,16 +289,11 @@ class GRPOTrainer:
             def at(t: torch.Tensor | None, rows: slice | torch.Tensor = rows) -> torch.Tensor | None:
                 return None if t is None else t[rows].to(d)
 
-            out = grpo.policy_loss(
-                lp.logps, at(ro.old_logps) if ro.old_logps is not None else lp.logps.detach(), at(ro.advantages), mask,
-                loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
-                is_level=a.importance_sampling_level, beta=a.beta, ref_logps=at(ro.ref_logps), num_micro_batches=ga,
-                max_completion_length=r.max_completion_length, global_num_tokens=total_tokens,
-                global_num_seqs=total_seqs, delta=a.delta or None, sapo_temperature_pos=a.sapo_temperature_pos,
-                sapo_temperature_neg=a.sapo_temperature_neg, use_bias_correction_kl=a.use_bias_correction_kl,
-                off_policy_mask_threshold=a.off_policy_mask_threshold or None, sampling_logps=at(ro.sampling_logps),
-                top_entropy_quantile=a.top_entropy_quantile, entropies=lp.entropies, entropy_coef=coef,
-                token_weights=at(ro.is_weights))
+            out = grpo.loss(a, grpo.LossInputs(
+                lp.logps, at(ro.old_logps), at(ro.advantages), mask, ref_logps=at(ro.ref_logps),
+                sampling_logps=at(ro.sampling_logps), entropies=lp.entropies, token_weights=at(ro.is_weights),
+                entropy_coef=coef, global_num_tokens=total_tokens, global_num_seqs=total_seqs, num_micro_batches=ga,
+                max_completion_length=r.max_completion_length))
             self.ranks.backward(out.loss)
             # token-mean metrics of the micro-batch: skipped tokens count in the denominator, never in a numerator
             share = float(mask.sum()) / max(float(ro.loss_mask[sl].sum()), 1.0) if rows is not sl else 1.0
@@ -384,16 +379,3 @@ class GRPOTrainer:
         checkpoint.prune(self.run.checkpoints(), self.spec.output.save_total_limit)
         return ckpt
 
-
-def zero_advantage_skippable(a: AlgorithmSection) -> bool:
-    """Whether completions with zero advantage may be left out of the loss pass without changing the step.
-
-    Their clipped-surrogate term is exactly zero (-min(r * 0, clip(r) * 0)) and so is its gradient. Leaving
-    them out is exact when nothing else depends on them: no KL term (beta = 0), a normalisation that counts the
-    step's sequences or tokens globally (grpo, dr_grpo, dapo), not per micro-batch (bnpo), token-level ratios
-    (the clip metrics are token means), and none of the options that look at other rows or tokens (entropy
-    bonus, top-entropy mask, off-policy mask) or change the term (delta). Objectives not listed are not skipped
-    until shown to be zero at zero advantage."""
-    return (a.beta == 0.0 and a.loss_type in ("grpo", "dr_grpo", "dapo") and a.importance_sampling_level == "token"
-            and a.entropy_coef == 0.0 and not a.use_adaptive_entropy and a.top_entropy_quantile == 1.0
-            and not a.off_policy_mask_threshold and not a.delta)
