@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import psutil
 
 from backend.checks import validate_or_raise
-from backend.project import child_env
+from backend.procs import kill_group, spawn_group
 from backend.rundir import ACTIVE_STATES, RunDir, new_run_dir, process_alive
 from backend.spec import RunSpec, save_spec
 from backend.train.supervise import rank_command, ranks_alive, stop_ranks
@@ -41,13 +40,8 @@ def create_run(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> R
 
 
 def _spawn(args: list[str], run: RunDir, base_dir: str | Path) -> int:
-    env = child_env()
-    with run.log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "backend.train", *args],
-            cwd=str(base_dir), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,  # own process group: outlives the UI, and is killed as a group
-        )
+    with run.log_path.open("ab") as log:  # own process group: outlives the UI, and is killed as a group
+        proc = spawn_group([sys.executable, "-m", "backend.train", *args], cwd=base_dir, stdout=log)
     run.write_status(pid=proc.pid, pid_create_time=psutil.Process(proc.pid).create_time())
     return proc.pid
 
@@ -88,7 +82,7 @@ def stop(run: RunDir, force: bool = False) -> str:
         return "not running"
     try:
         if force:
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
+            kill_group(pid, grace_s=0.0)
             stop_ranks(run, force=True)  # torchrun's ranks lead their own sessions: not in that group
             run.write_status(state="stopped", error="killed")
             return "killed"
