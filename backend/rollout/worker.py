@@ -102,13 +102,12 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 def build_engine(cfg: WorkerConfig):
     """The engine a worker holds. Imports the engine's library only here, so a worker needs only its own."""
     if cfg.engine == "hf":
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
+        from backend.models import load_tokenizer
         from backend.rollout.hf import HFEngine
 
-        tok = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
+        tok = load_tokenizer(cfg.model, cfg.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=_DTYPES[cfg.dtype],
                                                      trust_remote_code=cfg.trust_remote_code).to(cfg.device).eval()
         model.requires_grad_(False)
