@@ -35,8 +35,7 @@ def _eval(capsys, *args: str) -> dict:
 
 
 def test_vl_model_and_run_evaluate_as_the_trainer_does(tmp_path: Path, held_out: Path, capsys, monkeypatch) -> None:
-    from backend.launcher import create_run
-    from backend.rundir import read_jsonl
+    from backend.rundir import create_run, read_jsonl
     from backend.train.loop import GRPOTrainer
 
     monkeypatch.chdir(ROOT)  # the CLI's base dir: relative image paths resolve against it, as the trainer's do
