@@ -112,7 +112,7 @@ def test_media_refusals(tmp_path: Path, held_out: Path, capsys, monkeypatch) -> 
 
 
 def test_video_column_evaluates_like_its_still_image(tmp_path: Path, held_out: Path, capsys, monkeypatch) -> None:
-    """A video of two identical frames is exactly the image of that frame (backend/multimodal.py), so the
+    """A video of two identical frames is exactly the image of that frame (backend/multimodal/processors.py), so the
     evaluation through --videos-column gives the image evaluation's completions, sample for sample."""
     monkeypatch.chdir(ROOT)
     rows = [json.loads(line) for line in held_out.read_text().splitlines()[:4]]
