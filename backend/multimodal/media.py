@@ -30,7 +30,7 @@ REMOTE_PREFIXES = ("http://", "https://", "ftp://", "s3://", "gs://", "hf://")
 
 
 class MediaError(ValueError):
-    pass
+    """A media cell or multimodal prompt that cannot be used; the message says why (the checks report it)."""
 
 
 # ----------------------------------------------------------------------------- media cells
