@@ -171,8 +171,6 @@ def test_the_studio_never_imports_the_trainer() -> None:
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.xfail(reason="train/builders.py and train/engine_sync.py still read runtime policy from backend.checks "
-                          "until item 5 moves those predicates to RunSpec", strict=False)
 def test_the_trainer_reads_no_runtime_policy_from_checks_or_plan() -> None:
     # docs/architecture.md, floor 5: never checks.py or plan.py for runtime policy (that is RunSpec's); the CLI's
     # validation of a new spec before its run directory is created is the one use
