@@ -15,9 +15,9 @@ from backend.spec import RunSpec
 
 @lru_cache(maxsize=4)
 def _tokenizer(model_dir: str, trust_remote_code: bool) -> Any:
-    from transformers import AutoTokenizer
+    from backend.models import load_tokenizer  # transformers loads on the first preview, not with the page
 
-    return AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    return load_tokenizer(model_dir, trust_remote_code)
 
 
 def preview_rows(spec: RunSpec, base: Path, n: int = 5) -> tuple[list[dict[str, Any]], str]:

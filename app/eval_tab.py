@@ -42,6 +42,7 @@ from app.media import thumb_uris
 from app.paths import PathError
 from app.session import SessionMemo
 from backend.eval.compare import FILTERS, CompareError, compare, load_eval
+from backend.procs import spawn_group
 from backend.project import child_env
 from backend.rundir import read_eval_status
 
@@ -183,8 +184,7 @@ class EvalTab:
 
     def _spawn(self, cmd: list[str], out: Path) -> None:
         with (out / "eval.log").open("ab") as log:
-            subprocess.Popen(cmd, cwd=str(self.config.workspace.root), env=child_env(), stdout=log,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            spawn_group(cmd, cwd=self.config.workspace.root, stdout=log)
 
     def on_run(self, lang: str, request: gr.Request, *args: Any) -> str:
         try:

@@ -318,8 +318,8 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "rollout.top_k": ("top_k", "top_k", "只保留概率最高的 k 个 token（0 = 关闭）。"),
     "rollout.max_completion_length": ("Max completion tokens", "最大生成长度", "每个回答最多生成的 token 数。"),
     "rollout.async_generation": ("Async generation", "异步生成",
-        "训练本批时用引擎已有的最新权重提前采样后续批次（最"
-        "多偏离策略 max_staleness 次更新）。"),
+        "训练本批时用引擎已有的最新权重提前采样后续批次（最多偏离策略"
+        " max_staleness 次更新）。"),
     "rollout.gpu_memory_utilization": ("GPU memory fraction", "显存占用比例", "引擎可占用的显存比例。"),
     "rollout.tensor_parallel_size": ("Tensor parallel size", "张量并行数", "每个引擎实例使用的 GPU 数（张量并行）。"),
     "rollout.data_parallel_size": ("Engine instances (DP)", "引擎实例数（数据并行）", "并行采样的引擎实例数。"),
@@ -327,15 +327,15 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "rollout.lmdeploy_backend": ("LMDeploy backend", "LMDeploy 后端", "LMDeploy 引擎后端。"),
     "rollout.max_staleness": ("Max staleness", "最大陈旧度", "异步时，采样一批到用它训练之间最多相隔的策略更新次数（1 = 偏离策略一步）。"),
     "rollout.worker_urls": ("Worker URLs", "采样进程地址",
-        "手动启动的采样进程的 host:port（python -m backend.rollou"
-        "t.worker）；空 = 由训练器启动。密钥取自 GRPO_WORKER_AUTHKEY。"),
+        "手动启动的采样进程的 host:port（python -m backend.rollout.worker）；"
+        "空 = 由训练器启动。密钥取自 GRPO_WORKER_AUTHKEY。"),
     "rollout.worker_python": ("Worker Python", "采样进程 Python",
         "采样进程使用的 Python 解释器，例如 LMDeploy 或"
         " vLLM 环境的 bin/python（空 = 与训练器相同）。"),
     "rollout.worker_threads": ("Worker threads", "采样进程线程数", "CPU 上每个采样进程的 torch 线程数。"),
     "rollout.worker_timeout_s": ("Worker timeout (s)", "采样进程超时（秒）",
-        "采样进程单次请求超过此时间即视为"
-        "卡死：运行失败并给出该进程的名字。"),
+        "采样进程单次请求超过此时间即视为卡死："
+        "运行失败并给出该进程的名字。"),
     "rollout.weight_sync": ("Weight sync", "权重同步方式",
         "每次更新后新权重如何送到采样进程。file：共享内存中的一个 safetensors 文件（对按地址连接的进程则随请求发送字节）；"
         "collective：训练器与采样进程组成进程组（GPU 上 NCCL，CPU 上 gloo）分桶广播；auto：训练和采样都在 GPU 上时用 "
@@ -343,11 +343,11 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "rollout.weight_sync_bucket_mb": ("Weight sync bucket (MB)", "权重同步分桶（MB）",
         "collective 权重同步的分桶大小（MB），每桶一次广播；越大调用越少、占用内存越多。"),
     "rollout.vllm_importance_sampling_correction": ("Importance sampling correction", "重要性采样校正",
-        "截断重要性采样：按 训练策略/采样策略 的概率比加权损失，校正引"
-        "擎与训练器的差异和异步陈旧度（TRL 的名字，适用于所有引擎）。"),
+        "截断重要性采样：按 训练策略/采样策略 的概率比加权损失，"
+        "校正引擎与训练器的差异和异步陈旧度（TRL 的名字，适用于所有引擎）。"),
     "rollout.vllm_importance_sampling_mode": ("Importance sampling mode", "重要性采样方式",
-        "按 token 或按序列计算比值；truncat"
-        "e = 在上限处截断，mask = 超过上限置零。"),
+        "按 token 或按序列计算比值；truncate"
+        " = 在上限处截断，mask = 超过上限置零。"),
     "rollout.vllm_importance_sampling_clip_max": ("Importance sampling cap", "重要性采样上限", "重要性采样比值的上限 C。"),
     "resources.device": ("Device", "设备", "训练设备；auto = 有 CUDA 就用 GPU，否则用 CPU。"),
     "resources.train_gpus": ("Training GPUs", "训练 GPU", "用于训练的 GPU 编号，每个一个进程（空 = 一个 GPU，或 CPU）。"),
@@ -374,8 +374,8 @@ FIELDS: dict[str, tuple[str, str, str]] = {
                             "目标与聚合方式：grpo = 先按序列平均再跨序列平均；bnpo = 对微批次全部 token 平均；"
                             "dr_grpo = token 求和 / (序列数 × 最大生成长度)；dapo = 对整个累积批次的 token 平均；"
                             "cispo = 截断并停止梯度的重要性权重 × 优势 × 对数概率，按批次 token 平均（MiniMax-M1，上限为 "
-                            "epsilon_high）；sapo = 用平滑的 sigmoid 门控代替硬裁剪（SAPO）；luspo = 每个序列 token 求和"
-                            "后跨序列平均，配合序列级重要性采样（LUSPO）。"),
+                            "epsilon_high）；sapo = 用平滑的 sigmoid 门控代替硬裁剪（SAPO）；luspo = 每个序列 token "
+                            "求和后跨序列平均，配合序列级重要性采样（LUSPO）。"),
     "algorithm.beta": ("KL coefficient (beta)", "KL 系数（beta）", "相对参考模型的 KL 系数（0 = 不加载参考模型）。"),
     "algorithm.use_bias_correction_kl": ("Bias-corrected KL", "KL 偏差校正",
                                          "将 k3 KL 项乘以重要性比率，得到无偏的反向 KL 梯度（DeepSeek-V3.2）；仅在 beta > 0 时有效。"),

@@ -9,45 +9,21 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import psutil
 
 from backend.checks import validate_or_raise
-from backend.project import child_env
-from backend.rundir import ACTIVE_STATES, RunDir, new_run_dir, process_alive
-from backend.spec import RunSpec, save_spec
+from backend.procs import kill_group, spawn_group
+from backend.rundir import ACTIVE_STATES, RunDir, create_run, process_alive
+from backend.spec import RunSpec
 from backend.train.supervise import rank_command, ranks_alive, stop_ranks
 
 
-def default_run_name(spec: RunSpec, preset: str = "") -> str:
-    return spec.output.run_name or preset or Path(spec.model.name_or_path.rstrip("/")).name or "run"
-
-
-def create_run(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> RunDir:
-    """Validate, then create the run directory with spec.yaml and a 'starting' status."""
-    validate_or_raise(spec, base_dir)
-    runs_dir = Path(spec.output.runs_dir)
-    if not runs_dir.is_absolute():
-        runs_dir = Path(base_dir) / runs_dir
-    run = new_run_dir(runs_dir, default_run_name(spec, preset))
-    save_spec(spec, run.spec_path)
-    # relative paths in the spec (model, data, plugins) resolve against base_dir, also on a later resume
-    run.write_status(state="starting", step=0, total_steps=spec.algorithm.max_steps, preset=preset, error="",
-                     base_dir=str(Path(base_dir).resolve()))
-    return run
-
-
 def _spawn(args: list[str], run: RunDir, base_dir: str | Path) -> int:
-    env = child_env()
-    with run.log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "backend.train", *args],
-            cwd=str(base_dir), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,  # own process group: outlives the UI, and is killed as a group
-        )
+    with run.log_path.open("ab") as log:  # own process group: outlives the UI, and is killed as a group
+        proc = spawn_group([sys.executable, "-m", "backend.train", *args], cwd=base_dir, stdout=log)
     run.write_status(pid=proc.pid, pid_create_time=psutil.Process(proc.pid).create_time())
     return proc.pid
 
@@ -62,7 +38,7 @@ def training_command(spec: RunSpec, run_dir: str = "RUN_DIR") -> list[str]:
 
 
 def launch(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> RunDir:
-    run = create_run(spec, base_dir, preset)
+    run = create_run(validate_or_raise(spec, base_dir), base_dir, preset)
     _spawn(["--run-dir", str(run.path.resolve())], run, base_dir)
     return run
 
@@ -88,7 +64,7 @@ def stop(run: RunDir, force: bool = False) -> str:
         return "not running"
     try:
         if force:
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
+            kill_group(pid, grace_s=0.0)
             stop_ranks(run, force=True)  # torchrun's ranks lead their own sessions: not in that group
             run.write_status(state="stopped", error="killed")
             return "killed"

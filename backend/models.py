@@ -1,7 +1,8 @@
-"""Loading a model and its tokenizer from a RunSpec: the one place that resolves model paths, dtypes and devices.
+"""Loading a model and its tokenizer: the one place that resolves model paths, dtypes and devices.
 
-Used by the trainer's builders, the rollout engines, the reward checker and evaluation; loads
-weights only when asked (nothing here touches a hub unless the spec names a hub id).
+Used by the trainer's builders, the rollout engines and worker, the reward model, the reward checker and
+evaluation, so a tokenizer is loaded (with its pad fix) one way everywhere; loads weights only when asked
+(nothing here touches a hub unless the spec names a hub id).
 """
 
 from __future__ import annotations
@@ -33,12 +34,20 @@ def model_ref(spec: RunSpec, base_dir: Path) -> str:
     return str(base_dir / ref)
 
 
-def load_tokenizer(spec: RunSpec, base_dir: Path):
-    tok = AutoTokenizer.from_pretrained(model_ref(spec, base_dir), trust_remote_code=spec.model.trust_remote_code)
+def load_tokenizer(ref: str | Path, trust_remote_code: bool = False):
+    """The tokenizer at `ref` (a model directory or hub id), the one way every part loads one: left padding (a
+    batch of prompts ends where generation starts) and a pad token (the eos token where the model has none, since
+    batching and the reward model's last-token lookup need one)."""
+    tok = AutoTokenizer.from_pretrained(str(ref), trust_remote_code=trust_remote_code)
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def spec_tokenizer(spec: RunSpec, base_dir: Path):
+    """load_tokenizer for the spec's model (a relative path resolves against base_dir)."""
+    return load_tokenizer(model_ref(spec, base_dir), spec.model.trust_remote_code)
 
 
 def compute_dtype(spec: RunSpec) -> torch.dtype | None:

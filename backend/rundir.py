@@ -10,7 +10,10 @@ runs/<run_id>/
   eval/            during_training.jsonl (the trainer's eval_steps), one folder per evaluation
                    (backend/eval/run.py: status.json, results.json, samples.jsonl)
 
-Readers (the studio, the CLI) use this module and never the trainer's internals.
+Readers (the studio, the CLI) use this module and never the trainer's internals. `create_run` is the one
+writer of a new run directory (the launcher and `python -m backend.train --config` both call it); it takes a
+spec already checked (`checks.validate_or_raise`), since the run directory's format sits below the capability
+check and must not import it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+
+from backend.spec import RunSpec, save_spec
 
 ACTIVE_STATES = ("starting", "running", "stopping")
 FINAL_STATES = ("stopped", "finished", "failed")
@@ -242,6 +247,23 @@ def new_run_dir(runs_dir: str | Path, name: str) -> RunDir:
             return RunDir(path)
         except FileExistsError:
             continue
+
+
+def default_run_name(spec: RunSpec, preset: str = "") -> str:
+    return spec.output.run_name or preset or Path(spec.model.name_or_path.rstrip("/")).name or "run"
+
+
+def create_run(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> RunDir:
+    """A new run directory for `spec` (validated by the caller) with spec.yaml and a 'starting' status."""
+    runs_dir = Path(spec.output.runs_dir)
+    if not runs_dir.is_absolute():
+        runs_dir = Path(base_dir) / runs_dir
+    run = new_run_dir(runs_dir, default_run_name(spec, preset))
+    save_spec(spec, run.spec_path)
+    # relative paths in the spec (model, data, plugins) resolve against base_dir, also on a later resume
+    run.write_status(state="starting", step=0, total_steps=spec.algorithm.max_steps, preset=preset, error="",
+                     base_dir=str(Path(base_dir).resolve()))
+    return run
 
 
 def list_runs(runs_dir: str | Path) -> list[RunDir]:

@@ -11,8 +11,7 @@ from typing import Any
 import psutil
 import torch
 
-from backend.launcher import create_run
-from backend.rundir import read_jsonl
+from backend.rundir import create_run, read_jsonl
 from backend.spec import RunSpec, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -49,7 +49,7 @@ def main() -> None:
                 print(f"{engine:8s} n={n}: {sps:8.1f} samples/s  ({res['timing']['generate_s']:.2f} s for "
                       f"{500 * n} completions; accuracy {res['metrics']['accuracy']:.3f})")
         if not a.skip_train:
-            from backend.launcher import create_run
+            from backend.rundir import create_run
             from backend.spec import load_spec
             from backend.train.loop import GRPOTrainer
 

@@ -98,7 +98,7 @@ def test_scan_reports_other_formats(tmp_path: Path) -> None:
 
 
 def test_a_reward_that_scores_nothing_is_reported_in_status(tmp_path: Path) -> None:
-    from backend.launcher import create_run
+    from backend.rundir import create_run
     from backend.train.loop import GRPOTrainer
 
     plugin = tmp_path / "silent.py"

@@ -20,8 +20,7 @@ from safetensors.torch import load_file
 
 from backend import launcher
 from backend.checks import check_spec
-from backend.launcher import create_run
-from backend.rundir import RunDir, process_alive, read_jsonl
+from backend.rundir import RunDir, create_run, process_alive, read_jsonl
 from backend.spec import load_spec
 from backend.train.batch import Rollout
 from backend.train.dist import deepspeed_config, join_rollouts, shard_rollout

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from backend.eval.cli import main as eval_main
-from backend.launcher import create_run
+from backend.rundir import create_run
 from backend.spec import load_spec
 from backend.train.loop import GRPOTrainer
 

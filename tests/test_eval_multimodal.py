@@ -35,8 +35,7 @@ def _eval(capsys, *args: str) -> dict:
 
 
 def test_vl_model_and_run_evaluate_as_the_trainer_does(tmp_path: Path, held_out: Path, capsys, monkeypatch) -> None:
-    from backend.launcher import create_run
-    from backend.rundir import read_jsonl
+    from backend.rundir import create_run, read_jsonl
     from backend.train.loop import GRPOTrainer
 
     monkeypatch.chdir(ROOT)  # the CLI's base dir: relative image paths resolve against it, as the trainer's do
@@ -113,7 +112,7 @@ def test_media_refusals(tmp_path: Path, held_out: Path, capsys, monkeypatch) -> 
 
 
 def test_video_column_evaluates_like_its_still_image(tmp_path: Path, held_out: Path, capsys, monkeypatch) -> None:
-    """A video of two identical frames is exactly the image of that frame (backend/multimodal.py), so the
+    """A video of two identical frames is exactly the image of that frame (backend/multimodal/processors.py), so the
     evaluation through --videos-column gives the image evaluation's completions, sample for sample."""
     monkeypatch.chdir(ROOT)
     rows = [json.loads(line) for line in held_out.read_text().splitlines()[:4]]

@@ -15,10 +15,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backend.data import load_rows
 from backend.eval.greedy import greedy_eval
-from backend.launcher import create_run
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.hf import HFEngine
-from backend.rundir import read_jsonl
+from backend.rundir import create_run, read_jsonl
 from backend.spec import load_spec
 from backend.train.loop import GRPOTrainer
 

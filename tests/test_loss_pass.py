@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.launcher import create_run
+from backend.rundir import create_run
 from backend.spec import AlgorithmSection, load_spec
 from backend.train.batch import live_groups
 from backend.train.loop import GRPOTrainer

@@ -236,8 +236,7 @@ def test_dataset_preview_renders_image_placeholders() -> None:
 
 
 def test_trainer_writes_image_references_and_a_loadable_checkpoint(tmp_path: Path) -> None:
-    from backend.launcher import create_run
-    from backend.rundir import read_jsonl
+    from backend.rundir import create_run, read_jsonl
     from backend.train.loop import GRPOTrainer
 
     spec = load_spec(PRESET, [f"output.runs_dir={tmp_path}", "algorithm.max_steps=1", "algorithm.prompts_per_step=2",
@@ -271,7 +270,7 @@ def test_rollout_shards_carry_their_rows_images() -> None:
 def test_grpo_update_on_image_prompts_moves_logprobs_with_the_advantage(tmp_path: Path) -> None:
     """In the real trainer: the engine's sampling logprobs equal the training forward's, and a few updates
     raise the completions with positive advantage and lower those with negative advantage."""
-    from backend.launcher import create_run
+    from backend.rundir import create_run
     from backend.train.loop import GRPOTrainer
 
     spec = load_spec(PRESET, [f"output.runs_dir={tmp_path}", "algorithm.prompts_per_step=4", "output.eval_steps=0",

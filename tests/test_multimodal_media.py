@@ -422,8 +422,7 @@ def test_training_forward_matches_engine_logprobs_for_audio_rows(tmp_path: Path,
 
 
 def test_trainer_runs_on_a_video_column(tmp_path: Path) -> None:
-    from backend.launcher import create_run
-    from backend.rundir import read_jsonl
+    from backend.rundir import create_run, read_jsonl
     from backend.train.loop import GRPOTrainer
 
     paths = picture_paths(4)
@@ -460,8 +459,7 @@ def test_vllm_prompts_carry_the_images_and_the_unexpanded_placeholders(vl) -> No
 
 
 def test_trainer_runs_on_an_audio_column(tmp_path: Path, tiny_audio: Path) -> None:
-    from backend.launcher import create_run
-    from backend.rundir import read_jsonl
+    from backend.rundir import create_run, read_jsonl
     from backend.train.loop import GRPOTrainer
 
     rows = [{"audio": str(tone(tmp_path / f"t{i}.wav", 0.2 + 0.1 * i, hz=200 * (i + 1))), "problem": "Which tone?",

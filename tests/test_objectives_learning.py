@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from backend.checks import check_spec
-from backend.launcher import create_run
-from backend.rundir import read_jsonl
+from backend.rundir import create_run, read_jsonl
 from backend.spec import load_spec
 from backend.train.checkpoint import ENTROPY_STATE
 from backend.train.loop import GRPOTrainer

@@ -1,5 +1,5 @@
-"""Placement rules as a table: good and bad splits, the expected message, and the CLI (create_run, which
-the launcher and `python -m backend.train` use), the studio's form and the planner all agreeing on every row."""
+"""Placement rules as a table: good and bad splits, the expected message, and the CLI (validate_or_raise, then
+create_run, as the launcher and `python -m backend.train` do), the studio's form and the planner all agreeing on every row."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import pytest
 
 import backend.machine
 from app.form import spec_to_values, validate_values
-from backend.launcher import create_run
+from backend import checks
 from backend.machine import GPU, Machine
 from backend.plan import plan
+from backend.rundir import create_run
 from backend.spec import SpecError, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,9 +61,9 @@ def test_split_table(tmp_path, monkeypatch, machine, overrides, expect) -> None:
     # the studio's form
     form = validate_values(spec_to_values(spec), ROOT)
     form_msgs = {f: " ".join(ms) for f, ms in form.by_field.items()}
-    # the CLI and the launcher: create_run validates before it creates anything
+    # the CLI and the launcher: validated before create_run creates anything
     try:
-        create_run(spec, ROOT)
+        create_run(checks.validate_or_raise(spec, ROOT), ROOT)
         cli_issues: list = []
     except SpecError as err:
         cli_issues = err.issues

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.launcher import create_run
 from backend.rewards.scorer import RewardError
-from backend.rundir import RunDir, read_jsonl
+from backend.rundir import RunDir, create_run, read_jsonl
 from backend.spec import load_spec
 from backend.train.loop import GRPOTrainer
 

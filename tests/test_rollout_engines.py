@@ -150,8 +150,7 @@ def test_new_weights_change_the_output(engine, tok, reference) -> None:
 @pytest.mark.skipif(not HAVE_VLLM, reason="vllm is not installed in this venv")
 def test_colocated_vllm_trains_in_the_trainer_process(tmp_path) -> None:
     """The CPU vLLM profile trains with vLLM colocated (in the trainer process, weights pushed after each step)."""
-    from backend.launcher import create_run
-    from backend.rundir import read_jsonl
+    from backend.rundir import create_run, read_jsonl
     from backend.spec import load_spec
     from backend.train.loop import GRPOTrainer
 

@@ -14,8 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backend.launcher import create_run
-from backend.rundir import RunDir, read_jsonl
+from backend.rundir import RunDir, create_run, read_jsonl
 from backend.spec import load_spec
 from backend.train.loop import GRPOTrainer
 

@@ -26,8 +26,7 @@ MARGIN = 0.3
 
 def run_counting(tmp_path: Path, *overrides: str) -> tuple[float, list[float]]:
     """(accuracy before, accuracies at the in-training evaluations) of a short run of the shipped preset."""
-    from backend.launcher import create_run
-    from backend.rundir import read_jsonl
+    from backend.rundir import create_run, read_jsonl
     from backend.train.loop import GRPOTrainer
 
     held_out = tmp_path / "held_out.jsonl"

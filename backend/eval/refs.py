@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from backend import models
 from backend.models import DTYPES, load_media_processor, model_class, model_ref
 from backend.rundir import RunDir
 from backend.spec import RunSpec, SpecError, load_spec
@@ -114,14 +115,9 @@ def _tokenizer_dir(choice: ModelChoice) -> str:
 
 
 def load_tokenizer(choice: ModelChoice):
-    from transformers import AutoTokenizer
-
-    trust = bool(choice.spec and choice.spec.model.trust_remote_code)
-    tok = AutoTokenizer.from_pretrained(_tokenizer_dir(choice), trust_remote_code=trust)
-    tok.padding_side = "left"
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return tok
+    """The chosen model's tokenizer (backend.models.load_tokenizer), from the adapter's base unless the weights'
+    folder has its own."""
+    return models.load_tokenizer(_tokenizer_dir(choice), bool(choice.spec and choice.spec.model.trust_remote_code))
 
 
 def load_processor(choice: ModelChoice, tokenizer, audio: bool = False):

@@ -160,10 +160,12 @@ class LocalJudge:
 
     def __init__(self, path: str, device: str = "cpu") -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
+
+        from backend.models import load_tokenizer
 
         self.torch = torch
-        self.tok = AutoTokenizer.from_pretrained(path)
+        self.tok = load_tokenizer(path)
         self.model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
         self.device = device
         self.yes = self._first_id(" yes"), self._first_id("yes")

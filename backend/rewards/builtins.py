@@ -3,7 +3,8 @@
 Every built-in has the TRL signature `fn(completions, prompts, **columns) -> list[float | None]`
 (its parameters from RunSpec arrive as keyword arguments), so the same function runs in the trainer
 or in the reward worker. Math rewards live in math_rewards.py, task rewards (countdown, counting)
-in tasks.py, the reward-model kind in reward_model.py; importing this module registers them all.
+in tasks.py, the reward-model kind in reward_model.py; each module registers its own when imported, and
+the package (backend/rewards/__init__.py) imports them all once.
 """
 
 from __future__ import annotations
@@ -128,10 +129,3 @@ def soft_overlong(completions: list[Any], prompts: list[Any] | None = None,
         else:
             out.append(-1.0)
     return out
-
-
-# Registration of the other built-in modules (they import `builtin` from the registry).
-from backend.rewards import choice as _choice  # noqa: E402,F401
-from backend.rewards import math_rewards as _math  # noqa: E402,F401
-from backend.rewards import reward_model as _rm  # noqa: E402,F401
-from backend.rewards import tasks as _tasks  # noqa: E402,F401

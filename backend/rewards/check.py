@@ -86,13 +86,9 @@ def _has_chat_template(spec: RunSpec, base_dir: Path) -> bool:
 
 def _tokenizer(spec: RunSpec, base_dir: Path) -> Any:
     try:
-        from transformers import AutoTokenizer
+        from backend.models import spec_tokenizer
 
-        from backend.data import is_hub_id
-
-        ref = spec.model.name_or_path
-        path = ref if is_hub_id(ref) or Path(ref).is_absolute() else str(base_dir / ref)
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=spec.model.trust_remote_code)
+        return spec_tokenizer(spec, base_dir)
     except Exception:
         return None
 
@@ -116,9 +112,6 @@ def _model_completions(spec: RunSpec, base_dir: Path, tokenizer: Any, prompts: l
 
     if tokenizer is None:
         raise RuntimeError(f"cannot load the tokenizer of {spec.model.name_or_path}")
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     model = load_base(spec, base_dir, torch.device(device)).eval()
     r = spec.rollout
     sampling = SamplingParams(n=1, max_tokens=r.max_completion_length, temperature=r.temperature, top_p=r.top_p,

@@ -1,4 +1,8 @@
-"""Registry of built-in reward functions.
+"""Registry of built-in reward functions: the table (BUILTIN_REWARDS) and the `builtin` decorator, nothing else.
+
+A leaf: it imports no reward module. Each built-in module registers its functions with `@builtin` when it is
+imported, and the package (backend/rewards/__init__.py) imports every built-in module once, so whoever reads
+the table (any `backend.rewards.*` import runs the package first) sees them all.
 
 A reward function has the TRL signature `fn(completions, prompts, **columns) -> list[float | None]`;
 dataset columns arrive by name (the solution column as `solution`). None means "cannot score this
@@ -88,7 +92,3 @@ def builtin(name: str, params_model: type[BaseModel] = NoParams, stateful: bool 
         return fn
 
     return register
-
-
-# Importing the module registers the built-ins.
-from backend.rewards import builtins as _builtins  # noqa: E402,F401

@@ -39,9 +39,10 @@ class RewardModel:
 
     def __init__(self, params: RewardModelParams, device: str = "cpu", base_dir: Path = Path(".")):
         import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification
 
         from backend.data import is_hub_id
+        from backend.models import load_tokenizer
 
         path = params.path
         if not is_hub_id(path, base_dir) and not Path(path).is_absolute():
@@ -51,10 +52,8 @@ class RewardModel:
         self.device = resolve_device(device)
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
             params.dtype, torch.bfloat16 if self.device.startswith("cuda") else torch.float32)
-        self.tok = AutoTokenizer.from_pretrained(path)
+        self.tok = load_tokenizer(path)  # with a pad token: the model finds each text's last token via the pad id
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype).to(self.device).eval()
-        if self.tok.pad_token_id is None:  # the model finds each text's last token via the pad id
-            self.tok.pad_token = self.tok.eos_token
         if self.model.config.pad_token_id is None:
             self.model.config.pad_token_id = self.tok.pad_token_id
         self.batch_size, self.max_length = params.batch_size, params.max_length

@@ -37,7 +37,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from backend.project import child_env
+from backend.procs import kill_group, spawn_group, watch_parent
 
 STARTUP_TIMEOUT_S = 60.0  # importing plugins (torch, an API client) can be slow; at least this long to start
 ISOLATE_BUDGET_S = 2.0  # time spent finding the first failing sample after an exception
@@ -111,19 +111,6 @@ def plain_scores(out: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- child process
-
-def _watch_parent(ppid: int) -> None:
-    """Exit when the trainer dies without closing us (SIGKILL, OOM): we are in our own session, so no
-    terminal signal reaches us, and a plugin stuck in a loop never reads the closed pipe."""
-
-    def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != ppid:
-                os._exit(3)
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
 
 def _build(init: dict[str, Any]) -> dict[int, tuple[str, Callable[..., Any], dict[str, Any]]]:
     from backend.rewards.plugins import PluginError, check_callable, load_plugin
@@ -205,7 +192,7 @@ def _serve(conn: Connection) -> None:
 
 def main(fd: int) -> None:
     conn = Connection(fd)
-    _watch_parent(os.getppid())
+    watch_parent(os.getppid())  # the trainer died without closing us (SIGKILL, OOM)
     try:
         _serve(conn)
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
@@ -213,20 +200,6 @@ def main(fd: int) -> None:
 
 
 # ----------------------------------------------------------------------------- parent side
-
-def _kill_group(proc: subprocess.Popen[bytes] | None) -> int | None:
-    if proc is None:
-        return None
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # pid == pgid: the worker leads its own session
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
-    try:
-        return proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        return None
-
 
 def exit_reason(code: int | None) -> str:
     if code is None:
@@ -260,14 +233,13 @@ class RewardWorker:
     def start(self) -> None:
         self.kill()
         parent, child = Pipe(duplex=True)
-        env = child_env()
         fd = child.fileno()
-        self.proc = subprocess.Popen([sys.executable, "-m", "backend.rewards.worker", str(fd)], pass_fds=(fd,),
-                                     env=env, stdin=subprocess.DEVNULL, stdout=2, start_new_session=True)
+        self.proc = spawn_group([sys.executable, "-m", "backend.rewards.worker", str(fd)], stdout=2, stderr=None,
+                                pass_fds=(fd,))
         child.close()
         self.conn = parent
         self.starts += 1
-        self._finalizer = weakref.finalize(self, _kill_group, self.proc)
+        self._finalizer = weakref.finalize(self, kill_group, self.proc, 0.0)
         wait = max(self.timeout_s, STARTUP_TIMEOUT_S)
         try:
             parent.send(("init", self.init))
@@ -337,7 +309,7 @@ class RewardWorker:
 
     def kill(self) -> int | None:
         """Kill the worker's process group now; returns its exit code (None if there was none)."""
-        code = _kill_group(self.proc)
+        code = kill_group(self.proc, grace_s=0.0)
         if self._finalizer is not None:
             self._finalizer.detach()
         if self.conn is not None:

@@ -39,7 +39,6 @@ import argparse
 import atexit
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -54,7 +53,7 @@ from typing import Any
 
 import torch
 
-from backend.project import child_env
+from backend.procs import kill_group, spawn_group, watch_parent
 from backend.rollout.base import Completion, PromptInput, RolloutEngine, SamplingParams
 
 READY = "GRPO-WORKER-READY"
@@ -103,13 +102,12 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 def build_engine(cfg: WorkerConfig):
     """The engine a worker holds. Imports the engine's library only here, so a worker needs only its own."""
     if cfg.engine == "hf":
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
+        from backend.models import load_tokenizer
         from backend.rollout.hf import HFEngine
 
-        tok = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
+        tok = load_tokenizer(cfg.model, cfg.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=_DTYPES[cfg.dtype],
                                                      trust_remote_code=cfg.trust_remote_code).to(cfg.device).eval()
         model.requires_grad_(False)
@@ -207,21 +205,6 @@ class _Server:
             conn.send(reply)
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Exit as soon as the parent is gone (the process is re-parented). Not PR_SET_PDEATHSIG: that fires
-    when the parent *thread* that spawned us ends, and pools spawn workers from short-lived threads."""
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent_pid:
-                os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m backend.rollout.worker", description=__doc__.split("\n\n")[0])
     for k, v in asdict(WorkerConfig()).items():
@@ -236,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     listen, parent = ns.pop("listen"), ns.pop("parent_pid")
     cfg = WorkerConfig(**ns)
     if parent:
-        _die_with_parent(parent)
+        watch_parent(parent)
     torch.set_num_threads(max(1, cfg.threads))
     key = os.environ.get(AUTHKEY_ENV)
     if not key:
@@ -407,24 +390,8 @@ class WorkerHandle(RolloutEngine):
             self.kill()
 
     def kill(self) -> None:
-        if self.proc is None:
-            return
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                break
-            try:
-                self.proc.wait(timeout=5.0)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # anything the engine forked into the group
-        except (ProcessLookupError, PermissionError):
-            pass
-        if self.proc.poll() is None:
-            self.proc.wait(timeout=5.0)
+        """End the worker's whole process group (the engine's own children too): SIGTERM, then SIGKILL."""
+        kill_group(self.proc, grace_s=5.0)
 
 
 _LIVE: list[WorkerHandle] = []
@@ -451,8 +418,7 @@ def spawn_worker(cfg: WorkerConfig, name: str, log_path: Path, gpus: list[int] |
     log = log_path.open("ab")
     cmd = [python or sys.executable, "-m", "backend.rollout.worker", *cfg.to_args(),
            "--listen", "127.0.0.1:0", "--parent-pid", str(os.getpid())]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=child_env(extra), start_new_session=True)
+    proc = spawn_group(cmd, stdout=log, env=extra)
     log.close()
     handle = WorkerHandle(name, ("127.0.0.1", 0), key.encode(), list(gpus or []), proc, log_path, call_timeout_s)
     _LIVE.append(handle)

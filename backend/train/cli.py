@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from backend.rundir import ACTIVE_STATES, RunDir, process_alive
+from backend.rundir import ACTIVE_STATES, RunDir, create_run, process_alive
 from backend.spec import SpecError, iter_fields, load_spec
 
 
@@ -79,15 +79,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     base_dir = Path.cwd()
 
-    from backend.launcher import create_run  # validates before anything is created
-
     if args.join:
         return _join(args.join, args.node_rank)
     tee = True
     if args.config:
+        from backend.checks import validate_or_raise
+
         try:
             spec = load_spec(args.config, args.overrides)
-            run = create_run(spec, base_dir, preset=args.preset or Path(args.config).stem)
+            # checked before anything is created: a bad config leaves no run directory
+            run = create_run(validate_or_raise(spec, base_dir), base_dir, preset=args.preset or Path(args.config).stem)
         except SpecError as err:
             print(err, file=sys.stderr)
             return 2

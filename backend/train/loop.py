@@ -30,7 +30,8 @@ import torch
 
 from backend.data import load_rows
 from backend.eval.greedy import greedy_eval
-from backend.models import compute_dtype, load_tokenizer, load_vision_processor, resolve_device
+from backend.models import compute_dtype, load_vision_processor, resolve_device
+from backend.models import spec_tokenizer as load_tokenizer
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.hf import HFEngine
 from backend.rundir import RunDir
