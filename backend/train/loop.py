@@ -30,8 +30,7 @@ import torch
 
 from backend.data import load_rows
 from backend.eval.greedy import greedy_eval
-from backend.models import compute_dtype, load_vision_processor, resolve_device
-from backend.models import spec_tokenizer as load_tokenizer
+from backend.models import compute_dtype, load_vision_processor, resolve_device, spec_tokenizer
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.hf import HFEngine
 from backend.rundir import RunDir
@@ -81,7 +80,7 @@ class GRPOTrainer:
         np.random.seed(a.seed)
         torch.manual_seed(a.seed)
 
-        self.tokenizer = load_tokenizer(spec, base_dir)
+        self.tokenizer = spec_tokenizer(spec, base_dir)
         # images, videos, audio: prompts go through the model's processor too (backend.multimodal)
         self.vision = load_vision_processor(spec, base_dir, self.tokenizer) \
             if spec.data.images_column or spec.data.videos_column or spec.data.audios_column else None

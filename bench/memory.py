@@ -1,0 +1,152 @@
+"""Memory and speed at a real vocabulary: ours and TRL's trainer, each in a process of its own.
+
+    python -m bench.memory [--vocab 151936] [--tokens 128 1024] [--trainers ours trl] [--steps 3] [--cap-gb 16]
+
+The model is a random-initialised Qwen2 of the shipped tiny model's size (hidden 256, 4 layers, untied head, as
+Qwen2.5 >= 1.5B) with a `--vocab`-token vocabulary: the tiny tokenizer's characters plus synthetic tokens
+("<123>"), so completions decode to distinct text and a character repetition reward tells them apart (every
+group trains in both trainers). 4 prompts x 8 completions of `--tokens` tokens, float32, one thread.
+
+For each run it prints the peak RSS, the floor every trainer shares (the process after its imports, plus
+weights, gradients and AdamW's two moments: 4 x 4 bytes per parameter), the peak above that floor, and the
+seconds per step after the first. A run whose RSS passes `--cap-gb` is stopped and reported as such (TRL at
+long completions would otherwise take the machine down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from bench.common import ROOT
+
+GB = 2**30
+
+
+def make_model(dest: Path, vocab: int) -> Path:
+    """The random Qwen2 with a `vocab`-token tokenizer (the tiny one's, widened), saved in `dest`."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+    src = ROOT / "assets/tiny-add"
+    tok_json = json.loads((src / "tokenizer.json").read_text())
+    words = tok_json["model"]["vocab"]
+    for i in range(len(words), vocab):
+        words[f"<{i}>"] = i
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "tokenizer.json").write_text(json.dumps(tok_json))
+    base = AutoTokenizer.from_pretrained(src)
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(dest / "tokenizer.json"), eos_token=base.eos_token,
+                                  pad_token=base.pad_token, chat_template=base.chat_template)
+    tok.save_pretrained(dest)
+    cfg = AutoConfig.from_pretrained(src)
+    cfg.vocab_size, cfg.tie_word_embeddings, cfg.max_position_embeddings = vocab, False, 4096
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(dest)
+    return dest
+
+
+def spec_for(model: Path, tokens: int, steps: int):
+    from backend.spec import RewardFunction
+    from bench.common import tiny_spec
+
+    spec = tiny_spec([f"model.name_or_path={model}", f"algorithm.max_steps={steps}", "algorithm.prompts_per_step=4",
+                      "rollout.num_generations=8", f"rollout.max_completion_length={tokens}", "algorithm.replay_solved=false",
+                      "algorithm.skip_solved_prompts=0", "resources.num_threads=1"])
+    spec.rewards.functions = [RewardFunction(name="repetition", params={"unit": "char", "ngram_size": 1})]
+    return spec
+
+
+def child(trainer: str, model: Path, tokens: int, steps: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    spec = spec_for(model, tokens, steps)
+    import transformers  # noqa: F401 - imports count in the floor, as they would in any trainer process
+
+    if trainer == "trl":
+        import trl  # noqa: F401
+    from bench.common import param_count
+
+    floor = psutil.Process().memory_info().rss + 16 * param_count(model)
+    ends: list[float] = []
+    if trainer == "ours":
+        from bench.common import run_ours
+
+        run_ours(spec, on_step=lambda t, row: ends.append(time.time()))
+    else:
+        from bench.common import StepClock, trl_trainer
+
+        clock = StepClock()
+        trl_trainer(spec, [clock]).train()
+        ends = clock.times[1:]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    per_step = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else float("nan")
+    print(json.dumps({"peak": peak, "floor": floor, "s_per_step": per_step}), flush=True)
+
+
+def measure(trainer: str, model: Path, tokens: int, steps: int, cap: float) -> dict[str, float | str]:
+    proc = subprocess.Popen([sys.executable, "-m", "bench.memory", "--child", trainer, "--model", str(model),
+                             "--tokens", str(tokens), "--steps", str(steps)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    seen = 0
+    while proc.poll() is None:
+        try:
+            seen = max(seen, psutil.Process(proc.pid).memory_info().rss)
+        except psutil.Error:
+            break
+        if seen > cap:
+            proc.kill()
+            proc.wait()
+            return {"status": f"stopped above {cap / GB:.0f} GB"}
+        time.sleep(0.2)
+    out = proc.stdout.read().strip().splitlines() if proc.stdout else []
+    if proc.returncode != 0 or not out:
+        return {"status": f"failed (exit {proc.returncode})"}
+    return {"status": "ok", **json.loads(out[-1])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", type=int, default=151_936)
+    ap.add_argument("--tokens", type=int, nargs="+", default=[128, 1024])
+    ap.add_argument("--trainers", nargs="+", choices=["ours", "trl"], default=["ours", "trl"])
+    ap.add_argument("--steps", type=int, default=3, help="optimizer steps per run (the first is not timed)")
+    ap.add_argument("--cap-gb", type=float, default=16.0)
+    ap.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
+    ap.add_argument("--model", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.model, args.tokens[0], args.steps)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        model = make_model(Path(tmp) / "model", args.vocab)
+        print(f"vocabulary {args.vocab}, 4 x 8 completions, {args.steps} steps per run, cap {args.cap_gb:.0f} GB")
+        print(f"{'tokens':>6} {'trainer':>7} {'peak GB':>8} {'floor GB':>8} {'above GB':>8} {'s/step':>7}  status")
+        results: dict[tuple[int, str], dict] = {}
+        for tokens in args.tokens:
+            for trainer in args.trainers:
+                r = measure(trainer, model, tokens, args.steps, args.cap_gb * GB)
+                results[tokens, trainer] = r
+                if r["status"] == "ok":
+                    print(f"{tokens:>6} {trainer:>7} {r['peak'] / GB:>8.2f} {r['floor'] / GB:>8.2f} "
+                          f"{(r['peak'] - r['floor']) / GB:>8.2f} {r['s_per_step']:>7.2f}  ok", flush=True)
+                else:
+                    print(f"{tokens:>6} {trainer:>7} {'':>8} {'':>8} {'':>8} {'':>7}  {r['status']}", flush=True)
+            ours, trl = results.get((tokens, "ours")), results.get((tokens, "trl"))
+            if ours and trl and ours["status"] == trl["status"] == "ok":
+                print(f"{tokens:>6}   ours/TRL memory above floor {(ours['peak'] - ours['floor']) / (trl['peak'] - trl['floor']):.2f}x,"
+                      f" speed {trl['s_per_step'] / ours['s_per_step']:.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
