@@ -10,6 +10,12 @@ tensors, the padding mask as one boolean table, each step's attention over the c
 (backend.rollout.decode_attention). The numbers are the model's up to float32 rounding (tests/test_engine_hf.py
 and tests/test_forward.py compare against its forward). Anything it does not cover (other architectures, sliding
 windows, wrapped or hooked models such as PEFT, ZeRO-3 or offloading, autocast) runs through the model's forward.
+
+The one switch: `lean_applies(model)` is what both the hf engine's decode and the trainer's forward ask, and
+`set_lean(False)` turns the lean passes off process-wide (and with them the activation tape, which rides on them:
+backend.rollout.tape), so everything runs the model's own forward. It exists to compare the two paths (tests,
+benches) and to rule the lean passes out when a model misbehaves; it changes speed, not results beyond float32
+rounding.
 """
 from __future__ import annotations
 
@@ -25,6 +31,16 @@ from backend.rollout import decode_attention
 
 ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM")
 
+_lean = True  # the switch (module docstring): process-wide, as the passes it guards are module functions
+
+
+def set_lean(enabled: bool) -> bool:
+    """Turn the lean passes (decode, training forward, hence the activation tape) on or off process-wide; returns the
+    previous setting, for a caller to restore."""
+    global _lean
+    before, _lean = _lean, enabled
+    return before
+
 
 def supports(model: torch.nn.Module) -> bool:
     """Whether `KVDecoder` reproduces this model's forward: a plain (unwrapped) Qwen2 / Llama causal LM with
@@ -35,6 +51,12 @@ def supports(model: torch.nn.Module) -> bool:
     if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "pretraining_tp", 1) != 1:
         return False
     return all(t == "full_attention" for t in (getattr(cfg, "layer_types", None) or []))
+
+
+def lean_applies(model: torch.nn.Module) -> bool:
+    """Whether a lean pass runs for this model: the switch is on and the architecture is covered (`supports`). The
+    callers add what only they know (autocast, media, hooks: backend.rollout.hf, backend.train.forward)."""
+    return _lean and supports(model)
 
 
 def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
