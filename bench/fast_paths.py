@@ -13,7 +13,8 @@ Per shape of bench.vs_trl: one throwaway warm-up run (first-run costs: a kernel 
 order, so a drift in a shared host's speed cancels in the ratios. Printed per run: seconds per step (wall clock
 between step ends after bench.vs_trl.WARMUP steps, and CPU seconds of this process), the rollout's share and the
 host's load; per piece the median over rounds of (step time with it off) / (step time with all on) within the
-round: its speed-up. Pin OMP_NUM_THREADS=1.
+round, its speed-up, by wall clock and by CPU second (the steadier of the two on a busy shared host, where the
+wall clock swings with the neighbours' load). Pin OMP_NUM_THREADS=1.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend import gemm
@@ -66,8 +67,16 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def speedups(spec: RunSpec, pieces: list[str], repeats: int) -> dict[str, list[float]]:
-    """Per piece, (step time with it off) / (with all on) in each round (module docstring)."""
+@dataclass
+class Speedup:
+    """A piece's (step time with it off) / (with all on), one entry per round."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+
+def speedups(spec: RunSpec, pieces: list[str], repeats: int) -> dict[str, Speedup]:
+    """Per piece, its speed-up in each round (module docstring)."""
     tape_off = spec.model_copy(deep=True)
     tape_off.resources.activation_reuse_mb = 0
     runs: list[tuple[str, Callable[[], StepTime]]] = [("", lambda: step_time(spec))]
@@ -75,7 +84,7 @@ def speedups(spec: RunSpec, pieces: list[str], repeats: int) -> dict[str, list[f
     warm = spec.model_copy(deep=True)
     warm.algorithm.max_steps = WARMUP + 1
     step_time(warm)  # the throwaway warm-up run
-    ratios: dict[str, list[float]] = {p: [] for p in pieces}
+    ratios = {p: Speedup() for p in pieces}
     for i in range(repeats):
         times: dict[str, StepTime] = {}
         for off, run in runs if i % 2 == 0 else runs[::-1]:
@@ -83,8 +92,10 @@ def speedups(spec: RunSpec, pieces: list[str], repeats: int) -> dict[str, list[f
             print(f"  round {i + 1} {off + ' off' if off else 'all on':10s} {t.seconds:.3f} s/step (CPU {t.cpu:.3f} s, "
                   f"rollout {t.rollout:.0%}) load {load()}", flush=True)
         for p in pieces:
-            ratios[p].append(times[p].seconds / times[""].seconds)
-        print(f"  round {i + 1} speed-ups: " + ", ".join(f"{p} {ratios[p][-1]:.3f}x" for p in pieces), flush=True)
+            ratios[p].wall.append(times[p].seconds / times[""].seconds)
+            ratios[p].cpu.append(times[p].cpu / times[""].cpu)
+        print(f"  round {i + 1} speed-ups: " + ", ".join(f"{p} {ratios[p].wall[-1]:.3f}x (CPU {ratios[p].cpu[-1]:.3f}x)"
+                                                         for p in pieces), flush=True)
     return ratios
 
 
@@ -102,11 +113,13 @@ def main() -> None:
             print(f"== {name}: {shape.prompts} x {shape.generations} completions of <= {shape.max_tokens} tokens, "
                   f"{shape.steps} steps, load {load()}", flush=True)
             ratios = speedups(shape_spec(shape, shape_model(shape, Path(tmp)), []), args.pieces, args.repeats)
-            line = f"{name:7s} " + " | ".join(f"{p} {statistics.median(r):.2f}x ({', '.join(f'{x:.3f}' for x in r)})"
-                                              for p, r in ratios.items())
+            line = f"{name:7s} " + " | ".join(
+                f"{p} {statistics.median(r.wall):.2f}x, per CPU second {statistics.median(r.cpu):.2f}x "
+                f"(rounds {', '.join(f'{x:.3f}' for x in r.wall)}; CPU {', '.join(f'{x:.3f}' for x in r.cpu)})"
+                for p, r in ratios.items())
             print(line, flush=True)
             summary.append(line)
-    print("\nsummary: each piece's speed-up (step time off / on), median over rounds (each round's)")
+    print("\nsummary: each piece's speed-up (step time off / on), median over rounds, wall clock and per CPU second")
     print("\n".join(summary))
 
 
