@@ -1,32 +1,31 @@
 """What each CPU fast path of our trainer pays, end to end: our step with it on vs off, side by side.
 
-    python -m bench.fast_paths [--shapes preset long] [--repeats 2] [--pieces lean tape gemm kernel]
+    python -m bench.fast_paths [--shapes preset long] [--pairs 0] [--pieces lean tape gemm kernel]
 
 Pieces, each turned off alone with the rest on:
     lean    the lean passes (backend.rollout.fast_decode.set_lean: the hf engine's prefill and decode and the
             training forward; the activation tape rides on them, so it is off too)
-    tape    the activation tape (resources.activation_reuse_mb=0)
+    tape    the activation tape (the trainer's tape budget, resources.activation_reuse_mb, set to 0)
     gemm    large float32 products through oneDNN (backend.gemm.set_enabled)
     kernel  the C decode-attention kernel (backend.rollout.decode_attention.set_enabled)
-Per shape of bench.vs_trl: one throwaway warm-up run (first-run costs: a kernel build, the page cache), then
-`repeats` rounds of our trainer alone with everything on and with each piece off, every other round in reverse
-order, so a drift in a shared host's speed cancels in the ratios. Printed per run: seconds per step (wall clock
-between step ends after bench.vs_trl.WARMUP steps, and CPU seconds of this process), the rollout's share and the
-host's load; per piece the median over rounds of (step time with it off) / (step time with all on) within the
-round, its speed-up, by wall clock and by CPU second (the steadier of the two on a busy shared host, where the
-wall clock swings with the neighbours' load). Pin OMP_NUM_THREADS=1.
+Per shape of bench.vs_trl and piece: one run of our trainer whose steps alternate, after bench.vs_trl.WARMUP
+steps, between the piece on and off (switched between steps), for `pairs` pairs (0: the shape's step count).
+Neighbouring steps share the host's load, so on a shared machine whose speed swings with the neighbours' work
+the pairs still compare like with like, where whole runs one after another do not. Printed per piece: seconds per
+step on and off (wall clock between step ends, and CPU seconds of this process), the host's load, and the
+speed-up (step time off / on; per CPU second too, the steadier of the two on a busy host). Pin OMP_NUM_THREADS=1.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from backend import gemm
 from backend.rollout import decode_attention, fast_decode
@@ -34,32 +33,62 @@ from backend.spec import RunSpec
 from bench.common import run_ours
 from bench.vs_trl import SHAPES, WARMUP, shape_model, shape_spec
 
-# a piece's process-wide switch: set(enabled) -> the previous setting
-SWITCHES: dict[str, Callable[[bool], bool]] = {"lean": fast_decode.set_lean, "gemm": gemm.set_enabled,
-                                               "kernel": decode_attention.set_enabled}
-PIECES = ("lean", "tape", "gemm", "kernel")
+
+def _process_wide(set_enabled: Callable[[bool], bool]) -> Callable[[Any, bool], None]:
+    return lambda trainer, on: set_enabled(on)
+
+
+def _tape(trainer: Any, on: bool) -> None:
+    # the trainer reads its tape budget (0 = off) at each rollout (backend.train.loop); it was on until now
+    trainer.bench_tape_budget = getattr(trainer, "bench_tape_budget", trainer.tape_budget)
+    trainer.tape_budget = trainer.bench_tape_budget if on else 0
+
+
+# a piece's switch, applied between steps: switch(trainer, on)
+PIECES: dict[str, Callable[[Any, bool], None]] = {
+    "lean": _process_wide(fast_decode.set_lean), "tape": _tape,
+    "gemm": _process_wide(gemm.set_enabled), "kernel": _process_wide(decode_attention.set_enabled)}
 
 
 @dataclass(frozen=True)
-class StepTime:
-    seconds: float  # wall clock per step after the warm-up
-    cpu: float  # CPU seconds of this process per step, same steps
-    rollout: float  # the rollout's share of the step
+class Paired:
+    on: float  # wall-clock seconds per step with the piece on
+    off: float
+    cpu_on: float  # CPU seconds of this process per step
+    cpu_off: float
+    replayed_on: float  # the share of trained rows that replayed the activation tape, steps on / off
+    replayed_off: float
 
 
-def step_time(spec: RunSpec, off: str = "") -> StepTime:
-    """Our trainer on `spec` with the piece `off` turned off (its switch restored after the run)."""
-    switch = SWITCHES.get(off)
-    before = switch(False) if switch else None
+def paired(spec: RunSpec, piece: str, pairs: int) -> Paired:
+    """One run of WARMUP + 2 x pairs steps: the piece on for the warm-up, then off and on by turns (module
+    docstring); every switch is on again afterwards."""
+    switch = PIECES[piece]
+    spec = spec.model_copy(deep=True)
+    spec.algorithm.max_steps = WARMUP + 2 * pairs
+    ends: list[tuple[float, float]] = []
+
+    def on_step(trainer: Any, row: dict[str, Any]) -> None:
+        ends.append((time.time(), time.process_time()))
+        done = len(ends)  # steps finished; the next step is done + 1
+        if done >= WARMUP:
+            switch(trainer, (done - WARMUP) % 2 == 1)  # off for the first step after the warm-up, then by turns
+
     try:
-        ends: list[tuple[float, float]] = []
-        rows = run_ours(spec, on_step=lambda trainer, row: ends.append((time.time(), time.process_time())))[WARMUP:]
+        rows = run_ours(spec, on_step=on_step)
     finally:
-        if switch:
-            switch(before)
-    n = len(ends) - WARMUP
-    rollout = sum(r["timing/rollout_s"] for r in rows) / sum(r["timing/step_s"] for r in rows)
-    return StepTime((ends[-1][0] - ends[WARMUP - 1][0]) / n, (ends[-1][1] - ends[WARMUP - 1][1]) / n, rollout)
+        for name, fn in PIECES.items():
+            if name != "tape":
+                fn(None, True)
+    wall = {True: 0.0, False: 0.0}
+    cpu = {True: 0.0, False: 0.0}
+    replayed = {True: 0.0, False: 0.0}
+    for i in range(WARMUP, len(ends)):
+        on = (i - WARMUP) % 2 == 1
+        wall[on] += ends[i][0] - ends[i - 1][0]
+        cpu[on] += ends[i][1] - ends[i - 1][1]
+        replayed[on] += rows[i].get("activation_reuse/replayed") or 0.0
+    return Paired(*(d[k] / pairs for d in (wall, cpu, replayed) for k in (True, False)))
 
 
 def load() -> str:
@@ -67,59 +96,29 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-@dataclass
-class Speedup:
-    """A piece's (step time with it off) / (with all on), one entry per round."""
-
-    wall: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
-
-
-def speedups(spec: RunSpec, pieces: list[str], repeats: int) -> dict[str, Speedup]:
-    """Per piece, its speed-up in each round (module docstring)."""
-    tape_off = spec.model_copy(deep=True)
-    tape_off.resources.activation_reuse_mb = 0
-    runs: list[tuple[str, Callable[[], StepTime]]] = [("", lambda: step_time(spec))]
-    runs += [(p, (lambda: step_time(tape_off)) if p == "tape" else (lambda p=p: step_time(spec, p))) for p in pieces]
-    warm = spec.model_copy(deep=True)
-    warm.algorithm.max_steps = WARMUP + 1
-    step_time(warm)  # the throwaway warm-up run
-    ratios = {p: Speedup() for p in pieces}
-    for i in range(repeats):
-        times: dict[str, StepTime] = {}
-        for off, run in runs if i % 2 == 0 else runs[::-1]:
-            times[off] = t = run()
-            print(f"  round {i + 1} {off + ' off' if off else 'all on':10s} {t.seconds:.3f} s/step (CPU {t.cpu:.3f} s, "
-                  f"rollout {t.rollout:.0%}) load {load()}", flush=True)
-        for p in pieces:
-            ratios[p].wall.append(times[p].seconds / times[""].seconds)
-            ratios[p].cpu.append(times[p].cpu / times[""].cpu)
-        print(f"  round {i + 1} speed-ups: " + ", ".join(f"{p} {ratios[p].wall[-1]:.3f}x (CPU {ratios[p].cpu[-1]:.3f}x)"
-                                                         for p in pieces), flush=True)
-    return ratios
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["preset", "long"])
-    ap.add_argument("--repeats", type=int, default=2, help="rounds; every other one in reverse order")
-    ap.add_argument("--pieces", nargs="+", choices=PIECES, default=list(PIECES))
-    ap.add_argument("--steps", type=int, default=0, help="steps per run (0 = the shape's default)")
+    ap.add_argument("--pairs", type=int, default=0, help="on/off step pairs per piece (0 = the shape's step count)")
+    ap.add_argument("--pieces", nargs="+", choices=list(PIECES), default=list(PIECES))
     args = ap.parse_args()
     summary = []
     with tempfile.TemporaryDirectory(prefix="bench-fast-paths-") as tmp:
         for name in args.shapes:
-            shape = SHAPES[name] if not args.steps else replace(SHAPES[name], steps=args.steps)
+            shape = SHAPES[name]
+            pairs = args.pairs or shape.steps
+            spec = shape_spec(shape, shape_model(shape, Path(tmp)), [])
             print(f"== {name}: {shape.prompts} x {shape.generations} completions of <= {shape.max_tokens} tokens, "
-                  f"{shape.steps} steps, load {load()}", flush=True)
-            ratios = speedups(shape_spec(shape, shape_model(shape, Path(tmp)), []), args.pieces, args.repeats)
-            line = f"{name:7s} " + " | ".join(
-                f"{p} {statistics.median(r.wall):.2f}x, per CPU second {statistics.median(r.cpu):.2f}x "
-                f"(rounds {', '.join(f'{x:.3f}' for x in r.wall)}; CPU {', '.join(f'{x:.3f}' for x in r.cpu)})"
-                for p, r in ratios.items())
-            print(line, flush=True)
-            summary.append(line)
-    print("\nsummary: each piece's speed-up (step time off / on), median over rounds, wall clock and per CPU second")
+                  f"{pairs} on/off step pairs per piece", flush=True)
+            for piece in args.pieces:
+                before = load()
+                p = paired(spec, piece, pairs)
+                line = (f"{name:7s} {piece:7s} on {p.on:.3f} s/step, off {p.off:.3f} s/step: {p.off / p.on:.2f}x | per CPU "
+                        f"second: on {p.cpu_on:.3f} s, off {p.cpu_off:.3f} s: {p.cpu_off / p.cpu_on:.2f}x | load "
+                        f"{before} -> {load()} | tape replayed on {p.replayed_on:.0%} / off {p.replayed_off:.0%} of rows")
+                print(line, flush=True)
+                summary.append(line)
+    print("\nsummary: each piece's speed-up (step time off / on) over alternating steps")
     print("\n".join(summary))
 
 
