@@ -1,19 +1,19 @@
 """What each CPU fast path of our trainer pays, end to end: our step with it on vs off, side by side.
 
-    python -m bench.fast_paths [--shapes preset long] [--pairs 0] [--pieces lean tape gemm kernel]
+    python -m bench.fast_paths [--shapes preset long] [--pairs 0] [--pieces lean tape]
 
 Pieces, each turned off alone with the rest on:
     lean    the lean passes (backend.rollout.fast_decode.set_lean: the hf engine's prefill and decode and the
             training forward; the activation tape rides on them, so it is off too)
     tape    the activation tape (the trainer's tape budget, resources.activation_reuse_mb, set to 0)
-    gemm    large float32 products through oneDNN (backend.gemm.set_enabled)
-    kernel  the C decode-attention kernel (backend.rollout.decode_attention.set_enabled)
 Per shape of bench.vs_trl and piece: one run of our trainer whose steps alternate, after bench.vs_trl.WARMUP
 steps, between the piece on and off (switched between steps), for `pairs` pairs (0: the shape's step count).
 Neighbouring steps share the host's load, so on a shared machine whose speed swings with the neighbours' work
 the pairs still compare like with like, where whole runs one after another do not. Printed per piece: seconds per
 step on and off (wall clock between step ends, and CPU seconds of this process), the host's load, and the
 speed-up (step time off / on; per CPU second too, the steadier of the two on a busy host). Pin OMP_NUM_THREADS=1.
+A piece stays on the default path only while it pays at least 10% at the shape where it claims to
+(bench/RESULTS.md: oneDNN products and a C decode-attention kernel paid less and were removed).
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend import gemm
-from backend.rollout import decode_attention, fast_decode
+from backend.rollout import fast_decode
 from backend.spec import RunSpec
 from bench.common import run_ours
 from bench.vs_trl import SHAPES, WARMUP, shape_model, shape_spec
@@ -45,9 +44,7 @@ def _tape(trainer: Any, on: bool) -> None:
 
 
 # a piece's switch, applied between steps: switch(trainer, on)
-PIECES: dict[str, Callable[[Any, bool], None]] = {
-    "lean": _process_wide(fast_decode.set_lean), "tape": _tape,
-    "gemm": _process_wide(gemm.set_enabled), "kernel": _process_wide(decode_attention.set_enabled)}
+PIECES: dict[str, Callable[[Any, bool], None]] = {"lean": _process_wide(fast_decode.set_lean), "tape": _tape}
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ def test_lean_decode_matches_the_model_forward(engine: HFEngine, sp: SamplingPar
     lean = engine.generate(ps, sp)
     assert [[c.token_ids for c in g] for g in lean] == [[c.token_ids for c in g] for g in ref]
     for g_lean, g_ref in zip(lean, ref):
-        for a, b in zip(g_lean, g_ref):  # float32 rounding: the decode's attention kernel sums in another order
+        for a, b in zip(g_lean, g_ref):  # float32 rounding: the lean decode's products and attention sum in another order
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
@@ -158,5 +158,5 @@ def test_lean_decode_matches_with_grouped_query_attention(engine: HFEngine) -> N
     lean = gqa.generate(ps, sp)
     assert [[c.token_ids for c in g] for g in lean] == [[c.token_ids for c in g] for g in ref]
     for g_lean, g_ref in zip(lean, ref):
-        for a, b in zip(g_lean, g_ref):  # float32 rounding: the decode's attention kernel sums in another order
+        for a, b in zip(g_lean, g_ref):  # float32 rounding: the lean decode's products and attention sum in another order
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
