@@ -5,7 +5,7 @@
 Pieces, each turned off alone with the rest on:
     lean    the lean passes (backend.rollout.fast_decode.set_lean: the hf engine's prefill and decode and the
             training forward; the activation tape rides on them, so it is off too)
-    tape    the activation tape (the trainer's tape budget, resources.activation_reuse_mb, set to 0)
+    tape    the activation tape (the hf engine's tape budget, resources.activation_reuse_mb, set to 0)
 Per shape of bench.vs_trl and piece: one run of our trainer whose steps alternate, after bench.vs_trl.WARMUP
 steps, between the piece on and off (switched between steps), for `pairs` pairs (0: the shape's step count).
 Neighbouring steps share the host's load, so on a shared machine whose speed swings with the neighbours' work
@@ -38,9 +38,10 @@ def _process_wide(set_enabled: Callable[[bool], bool]) -> Callable[[Any, bool], 
 
 
 def _tape(trainer: Any, on: bool) -> None:
-    # the trainer reads its tape budget (0 = off) at each rollout (backend.train.loop); it was on until now
-    trainer.bench_tape_budget = getattr(trainer, "bench_tape_budget", trainer.tape_budget)
-    trainer.tape_budget = trainer.bench_tape_budget if on else 0
+    # the hf engine reads its tape budget (0 = off) at each generate() (backend.rollout.hf); it was on until now
+    engine = trainer.sync.engine
+    engine.bench_tape_budget = getattr(engine, "bench_tape_budget", engine.tape_budget)
+    engine.tape_budget = engine.bench_tape_budget if on else 0
 
 
 # a piece's switch, applied between steps: switch(trainer, on)
