@@ -7,12 +7,11 @@ attention, so the ratio of their step times is (TRL's FLOPs / ours) x (our FLOP 
 is what our design saves (the activation tape skips the training forward's products, a group's prompt is
 prefilled and trained once instead of once per completion); the second is how close each runs to the core.
 This counts the first exactly: every matrix product and attention call of a few real steps of each trainer,
-under torch's FlopCounterMode (formulas added for the CPU flash-attention ops it does not know), with our oneDNN
-products and C decode attention switched to their torch equivalents for the count (same FLOPs, ops it can see).
-It then measures the best float32 rate of this core on the shape's largest products (oneDNN or MKL, in cache:
-the rate no step can beat) and prints, per shape: GFLOP per step each, their ratio, and the rate our step would
-have to sustain, over everything it does, for 2x TRL's throughput at TRL's measured step time
-(`--trl-seconds`, e.g. from bench.vs_trl) as a share of that best rate. Pin OMP_NUM_THREADS=1.
+under torch's FlopCounterMode (formulas added for the CPU flash-attention ops it does not know). It then measures
+the best float32 rate of this core on the shape's largest product (torch's, in cache: the rate no step can beat)
+and prints, per shape: GFLOP per step each, their ratio, and the rate our step would have to sustain, over
+everything it does, for 2x TRL's throughput at TRL's measured step time (`--trl-seconds`, e.g. from
+bench.vs_trl) as a share of that best rate. Pin OMP_NUM_THREADS=1.
 """
 
 from __future__ import annotations
@@ -28,8 +27,6 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, register_flop_formula, sdpa_backward_flop_count, sdpa_flop_count
 from transformers import AutoConfig
 
-from backend import gemm
-from backend.rollout import decode_attention
 from bench.common import ROOT, best_time, run_ours, tiny_spec, trl_trainer
 from bench.vs_trl import SHAPES, Shape, shape_model, shape_spec
 
@@ -47,15 +44,9 @@ def _cpu_sdpa_backward(grad_out, query, key, value, *args, **kwargs) -> int:  # 
 
 
 def counted(fn: Callable[[], Any]) -> int:
-    """Matrix-product and attention FLOPs of fn(), with backend.gemm and the C decode attention off (their torch
-    equivalents do the same arithmetic through ops the counter sees)."""
-    was_gemm, was_attn = gemm.set_enabled(False), decode_attention.set_enabled(False)
-    try:
-        with FlopCounterMode(display=False) as counter:
-            fn()
-    finally:
-        gemm.set_enabled(was_gemm)
-        decode_attention.set_enabled(was_attn)
+    """Matrix-product and attention FLOPs of fn()."""
+    with FlopCounterMode(display=False) as counter:
+        fn()
     return counter.get_total_flops()
 
 
@@ -75,14 +66,12 @@ def step_flops(shape: Shape, model_dir: Path | None, steps: int) -> StepFlops:
 
 
 def best_rate(model_dir: Path | None, rows: int) -> float:
-    """FLOP/s of this core's fastest float32 product at the shape's sizes: `rows` tokens through the model's
-    largest weight, best of torch (MKL) and oneDNN, operands in cache."""
+    """FLOP/s of torch's float32 product on this core at the shape's sizes: `rows` tokens through the model's
+    largest weight, operands in cache."""
     cfg = AutoConfig.from_pretrained(model_dir or ROOT / tiny_spec().model.name_or_path)
     k, n = cfg.hidden_size, cfg.intermediate_size
     a, w = torch.randn(rows, k), torch.randn(n, k)
     seconds = best_time(lambda: torch.nn.functional.linear(a, w))
-    if gemm.available():
-        seconds = min(seconds, best_time(lambda: gemm._onednn_linear(a, w, None)))
     return 2 * rows * k * n / seconds
 
 

@@ -35,7 +35,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,29 +74,6 @@ def shape_model(shape: Shape, tmp: Path) -> Path | None:
     if shape.model == "20m":
         return random_model(tmp / "20m", hidden=512, layers=6, intermediate=1536, heads=8)
     return None
-
-
-@dataclass(frozen=True)
-class StepTime:
-    seconds: float  # per step after the warm-up, wall clock
-    rollout: float  # the rollout's share of it
-
-
-def on_off_steps(spec: RunSpec, set_enabled: Callable[[bool], bool], repeats: int) -> dict[bool, list[StepTime]]:
-    """Our trainer alone with a process-wide switch (backend.gemm / backend.rollout.decode_attention
-    `set_enabled`) on and off, alternating `repeats` times; the switch is restored after each run."""
-    runs: dict[bool, list[StepTime]] = {True: [], False: []}
-    for _ in range(repeats):
-        for on in (True, False):
-            before = set_enabled(on)
-            try:
-                ends: list[float] = []
-                rows = run_ours(spec, on_step=lambda trainer, row, ends=ends: ends.append(time.time()))[WARMUP:]
-                rollout = sum(r["timing/rollout_s"] for r in rows) / sum(r["timing/step_s"] for r in rows)
-                runs[on].append(StepTime((ends[-1] - ends[WARMUP - 1]) / (len(ends) - WARMUP), rollout))
-            finally:
-                set_enabled(before)
-    return runs
 
 
 def shape_spec(shape: Shape, model_dir: Path | None, overrides: list[str]) -> RunSpec:

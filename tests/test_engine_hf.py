@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from backend.rollout.base import PromptInput, SamplingParams
+from backend.rollout.fast_decode import set_lean
 from backend.rollout.hf import HFEngine, filter_logits, left_pad, positions
 from backend.train.grpo import selective_log_softmax
 
@@ -96,14 +97,34 @@ def test_left_pad() -> None:
 def test_lean_decode_matches_the_model_forward(engine: HFEngine, sp: SamplingParams) -> None:
     """The lean decode loop (fast_decode.KVDecoder) samples what the model's own forward samples."""
     ps = prompts(engine, ["23+45=", "7+18=", "99+99="])  # different lengths: left padding in the cache
-    engine.lean_decode = False
-    ref = engine.generate(ps, sp)
-    engine.lean_decode = True
+    before = set_lean(False)
+    try:
+        ref = engine.generate(ps, sp)
+    finally:
+        set_lean(before)
     lean = engine.generate(ps, sp)
     assert [[c.token_ids for c in g] for g in lean] == [[c.token_ids for c in g] for g in ref]
     for g_lean, g_ref in zip(lean, ref):
-        for a, b in zip(g_lean, g_ref):  # float32 rounding: the decode's attention kernel sums in another order
+        for a, b in zip(g_lean, g_ref):  # float32 rounding: the lean decode's products and attention sum in another order
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_set_lean_turns_the_lean_decode_off(engine: HFEngine, monkeypatch) -> None:
+    """fast_decode.set_lean(False), the lean passes' one switch, makes the engine decode with the model's forward."""
+    import backend.rollout.hf as hf
+
+    def no_lean(*args, **kwargs):
+        raise AssertionError("the lean decode ran")
+
+    monkeypatch.setattr(hf, "KVDecoder", no_lean)
+    ps, sp = prompts(engine, ["23+45="]), SamplingParams(n=2, max_tokens=3, seed=0)
+    with pytest.raises(AssertionError, match="lean decode ran"):
+        engine.generate(ps, sp)
+    before = set_lean(False)
+    try:
+        assert len(engine.generate(ps, sp)[0]) == 2
+    finally:
+        set_lean(before)
 
 
 def test_lean_decode_covers_only_plain_llama_family() -> None:
@@ -129,11 +150,13 @@ def test_lean_decode_matches_with_grouped_query_attention(engine: HFEngine) -> N
     gqa = HFEngine(Qwen2ForCausalLM(cfg), engine.tok)
     ps = prompts(gqa, ["23+45=", "7+18=", "99+99="])
     sp = SamplingParams(n=3, max_tokens=8, temperature=1.0, seed=5)
-    gqa.lean_decode = False
-    ref = gqa.generate(ps, sp)
-    gqa.lean_decode = True
+    before = set_lean(False)
+    try:
+        ref = gqa.generate(ps, sp)
+    finally:
+        set_lean(before)
     lean = gqa.generate(ps, sp)
     assert [[c.token_ids for c in g] for g in lean] == [[c.token_ids for c in g] for g in ref]
     for g_lean, g_ref in zip(lean, ref):
-        for a, b in zip(g_lean, g_ref):  # float32 rounding: the decode's attention kernel sums in another order
+        for a, b in zip(g_lean, g_ref):  # float32 rounding: the lean decode's products and attention sum in another order
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)

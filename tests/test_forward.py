@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from backend.rollout.fast_decode import set_lean
 from backend.rollout.hf import left_pad
 from backend.train import forward
 from backend.train.builders import disable_dropout
@@ -95,12 +96,17 @@ def test_lean_forward_matches_hf(which: str, G: int | None, monkeypatch) -> None
 
 def test_lean_forward_falls_back_where_it_would_differ() -> None:
     """Wrapped (LoRA), hooked, checkpointed, autocast, dropout-in-training, flash-attention and sliding-window
-    models take the transformers forward."""
+    models take the transformers forward, and every model does after fast_decode.set_lean(False)."""
     from peft import LoraConfig, get_peft_model
 
     cpu = torch.device("cpu")
     model = _random_model("qwen2").train()
     assert forward.lean_supported(model, cpu)
+    before = set_lean(False)
+    try:
+        assert not forward.lean_supported(model, cpu)
+    finally:
+        set_lean(before)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not forward.lean_supported(model, cpu)
     handle = model.model.layers[0].mlp.register_forward_hook(lambda *a: None)

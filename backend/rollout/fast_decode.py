@@ -6,10 +6,16 @@ once per micro-batch. `lean_layers` runs the model's own weight tensors (no copi
 in the same order as its forward (fused RMSNorm, rotary embedding from the model's own module, scaled dot-product
 attention with one boolean mask, MLP, head); it is differentiable, so the trainer's forward uses it too
 (backend.train.forward). The hf engine prefills with it and decodes with `KVDecoder`: the cache as preallocated
-tensors, the padding mask as one boolean table, each step's attention over the cache in one pass on a CPU
-(backend.rollout.decode_attention). The numbers are the model's up to float32 rounding (tests/test_engine_hf.py
-and tests/test_forward.py compare against its forward). Anything it does not cover (other architectures, sliding
-windows, wrapped or hooked models such as PEFT, ZeRO-3 or offloading, autocast) runs through the model's forward.
+tensors, the padding mask as one boolean table. The numbers are the model's up to float32 rounding
+(tests/test_engine_hf.py and tests/test_forward.py compare against its forward). Anything it does not cover (other
+architectures, sliding windows, wrapped or hooked models such as PEFT, ZeRO-3 or offloading, autocast) runs
+through the model's forward.
+
+The one switch: `lean_applies(model)` is what both the hf engine's decode and the trainer's forward ask, and
+`set_lean(False)` turns the lean passes off process-wide (and with them the activation tape, which rides on them:
+backend.rollout.tape), so everything runs the model's own forward. It exists to compare the two paths (tests,
+benches) and to rule the lean passes out when a model misbehaves; it changes speed, not results beyond float32
+rounding.
 """
 from __future__ import annotations
 
@@ -20,10 +26,17 @@ import torch
 import torch.nn.functional as F
 from torch.utils.hooks import RemovableHandle
 
-from backend import gemm
-from backend.rollout import decode_attention
-
 ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM")
+
+_lean = True  # the switch (module docstring): process-wide, as the passes it guards are module functions
+
+
+def set_lean(enabled: bool) -> bool:
+    """Turn the lean passes (decode, training forward, hence the activation tape) on or off process-wide; returns the
+    previous setting, for a caller to restore."""
+    global _lean
+    before, _lean = _lean, enabled
+    return before
 
 
 def supports(model: torch.nn.Module) -> bool:
@@ -35,6 +48,12 @@ def supports(model: torch.nn.Module) -> bool:
     if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "pretraining_tp", 1) != 1:
         return False
     return all(t == "full_attention" for t in (getattr(cfg, "layer_types", None) or []))
+
+
+def lean_applies(model: torch.nn.Module) -> bool:
+    """Whether a lean pass runs for this model: the switch is on and the architecture is covered (`supports`). The
+    callers add what only they know (autocast, media, hooks: backend.rollout.hf, backend.train.forward)."""
+    return _lean and supports(model)
 
 
 def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,9 +89,8 @@ def plain_modules(model: torch.nn.Module) -> bool:
 
 
 def _linear(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """An nn.Linear's output without the module call (its hooks are excluded by plain_modules); large products
-    through oneDNN (backend.gemm)."""
-    return gemm.linear(x, module.weight, module.bias)
+    """An nn.Linear's output without the module call (its hooks are excluded by plain_modules)."""
+    return F.linear(x, module.weight, module.bias)
 
 
 # How a lean pass applies an nn.Linear: `_linear`, or the activation tape's recorder / replay (backend.rollout.tape)
@@ -185,6 +203,7 @@ class KVDecoder:
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
         cos, sin = self.cos[:, :, self.fed:self.fed + 1], self.sin[:, :, self.fed:self.fed + 1]
         batch = x.shape[0]
+        attend = self.attend[:, None, None, :end]  # every layer's attention sees positions 0 .. end-1
         for i, layer in enumerate(inner.layers):
             attn = layer.self_attn
             hd = attn.head_dim
@@ -194,8 +213,10 @@ class KVDecoder:
             self.values[i][:, :, at] = linear(attn.v_proj, h).view(batch, -1, hd)
             q = rope(q, cos, sin)
             self.keys[i][:, :, at] = rope(k, cos, sin)[:, :, 0]
-            o = decode_attention.attention(q, self.keys[i], self.values[i], self.attend, end, attn.scaling)
-            x = x + linear(attn.o_proj, o)
+            keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=attend, scale=attn.scaling,
+                                               enable_gqa=q.shape[1] != keys.shape[1])
+            x = x + linear(attn.o_proj, o.transpose(1, 2).reshape(batch, 1, -1))
             x = x + _mlp(layer.mlp, rms_norm(x, layer.post_attention_layernorm), self.silu, linear)
         self.length, self.fed = end, self.fed + 1
         return lean_head(self.model, x, linear)[:, -1]

@@ -21,7 +21,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from backend.multimodal import forward_media, media_positions, placeholder_ids, stack_media
 from backend.rollout.base import Completion, PromptInput, RolloutEngine, SamplingParams, group_seeds
-from backend.rollout.fast_decode import KVDecoder, attend_mask, lean_head, lean_layers, plain_modules, supports
+from backend.rollout.fast_decode import KVDecoder, attend_mask, lean_applies, lean_head, lean_layers, plain_modules
 from backend.rollout.tape import ActivationTape, TapeRecorder, tape_bytes
 
 
@@ -150,7 +150,7 @@ class HFEngine(RolloutEngine):
         extra: dict[str, torch.Tensor] = {}
         # the lean passes read no training flag (they have no dropout): only the model's own forward needs eval
         # mode, and toggling it walks every module, a cost per rollout comparable to a decode step on tiny models
-        lean_ok = self.lean_decode and self.autocast_dtype is None and media is None and supports(model) \
+        lean_ok = self.autocast_dtype is None and media is None and lean_applies(model) \
             and plain_modules(model)
         was_training = model.training and not lean_ok
         if was_training:

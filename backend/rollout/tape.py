@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from backend.gemm import linear_backward, linear_into
 from backend.rollout.base import Completion
 
 
@@ -41,6 +40,26 @@ def tape_bytes(model: torch.nn.Module, prompts: int, width: int, rows: int, step
     per_token = sum(m.out_features for layer in model.model.layers for m in layer.modules()
                     if isinstance(m, torch.nn.Linear))
     return 4 * ((prompts * width + rows * steps) * per_token + (prompts + rows * steps) * head)
+
+
+def linear_into(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """out (R, N) = x (R, K) @ weight^T + bias, written in place, through F.linear's own products (addmm / mm), so
+    the recorded numbers are the lean passes' own."""
+    if bias is not None:
+        torch.addmm(bias, x, weight.t(), out=out)
+    else:
+        torch.mm(x, weight.t(), out=out)
+
+
+def linear_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, has_bias: bool,
+                    needs: tuple[bool, ...]) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The gradients of y = x W^T + b for x, W and b (None where not needed): grad_x = dY W, grad_W = dY^T x,
+    grad_b = the column sums of dY."""
+    g = grad.reshape(-1, grad.shape[-1])
+    gx = (g @ weight).view(*grad.shape[:-1], weight.shape[1]) if needs[0] else None
+    gw = g.t() @ x.reshape(-1, x.shape[-1]) if needs[1] else None
+    gb = g.sum(0) if has_bias and needs[2] else None
+    return gx, gw, gb
 
 
 class TapeRecorder:
@@ -100,8 +119,7 @@ class ActivationTape:
 
 class ReplayLinear(torch.autograd.Function):
     """F.linear(x, weight, bias) whose forward returns the recorded output `y` (no matrix product) and whose
-    backward is the linear's (backend.gemm.linear_backward: grad_x = grad_y W, grad_W = grad_y^T x, grad_b = sum
-    grad_y, large products through oneDNN)."""
+    backward is the linear's (`linear_backward`: grad_x = grad_y W, grad_W = grad_y^T x, grad_b = sum grad_y)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,  # noqa: ANN001

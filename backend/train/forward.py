@@ -32,7 +32,7 @@ import torch
 from transformers import DynamicCache
 
 from backend.multimodal import forward_media, media_positions, stack_media
-from backend.rollout.fast_decode import lean_head, lean_layers, plain_modules, rms_norm, supports
+from backend.rollout.fast_decode import lean_applies, lean_head, lean_layers, plain_modules, rms_norm
 from backend.rollout.hf import positions
 from backend.rollout.tape import ActivationTape, TapeReplay
 from backend.train import grpo
@@ -130,7 +130,7 @@ def lean_supported(model: torch.nn.Module, device: torch.device) -> bool:
     Llama causal LM (fast_decode.supports) with sdpa or eager attention, no autocast, no attention dropout while
     training, no gradient checkpointing and no hooks on any module (ZeRO-3 gathers, accelerate offload and user
     hooks would be skipped)."""
-    if not supports(model) or torch.is_autocast_enabled(device.type):
+    if not lean_applies(model) or torch.is_autocast_enabled(device.type):
         return False
     # flash-attention / flex kernels were chosen for memory at long lengths: the lean pass's dense mask is not that
     if getattr(model.config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
