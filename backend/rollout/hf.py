@@ -98,7 +98,6 @@ class HFEngine(RolloutEngine):
         self.max_batch = max_batch  # sequences decoded together; 0 = all at once
         self.tape_budget = tape_budget
         self._tape: ActivationTape | None = None
-        self.lean_decode = True  # prefill and decode through fast_decode where it covers the model
         # an in-process peft model is sampled as it is: weights come with peft's names
         self.keeps_peft_names = hasattr(model, "peft_config")
         self.eos_ids = set(_eos_ids(model, tokenizer))
