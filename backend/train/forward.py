@@ -128,8 +128,8 @@ def _model_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c
 def lean_supported(model: torch.nn.Module, device: torch.device) -> bool:
     """Whether `packed_completion_logits` computes exactly what this model's forward computes: a plain Qwen2 /
     Llama causal LM (fast_decode.lean_applies: the switch and the architecture) with sdpa or eager attention, no
-    autocast, no attention dropout while training, no gradient checkpointing and no hooks on any module (ZeRO-3 gathers, accelerate offload and user
-    hooks would be skipped)."""
+    autocast, no attention dropout while training, no gradient checkpointing and no hooks on any module (ZeRO-3
+    gathers, accelerate offload and user hooks would be skipped)."""
     if not lean_applies(model) or torch.is_autocast_enabled(device.type):
         return False
     # flash-attention / flex kernels were chosen for memory at long lengths: the lean pass's dense mask is not that
