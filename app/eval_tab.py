@@ -22,8 +22,6 @@ import gradio as gr
 
 from app.config import StudioConfig
 from app.eval_view import (
-    COLUMN_FLAGS,
-    EvalForm,
     all_evals,
     comparison_table,
     data_choices,
@@ -41,7 +39,9 @@ from app.locales import t
 from app.media import thumb_uris
 from app.paths import PathError
 from app.session import SessionMemo
+from backend.eval import options
 from backend.eval.compare import FILTERS, CompareError, compare, load_eval
+from backend.eval.options import EvalConfig
 from backend.procs import spawn_group
 from backend.project import child_env
 from backend.rundir import read_eval_status
@@ -59,33 +59,23 @@ class EvalTab:
         # ---------------------------------------------------------------- evaluate
         with gr.Accordion(t("ev_run", lang), open=True) as acc:
             reg.label(acc, "ev_run")
+            model_opt, data_opt, *main = options.form_fields("main")
             with gr.Row():
                 self.model = gr.Dropdown(models, value=models[0], allow_custom_value=True, scale=3,
-                                         label=t("ev_model", lang), info=t("ev_model_info", lang), elem_id="eval-model")
-                reg.label_info(self.model, "ev_model", "ev_model_info")
+                                         label=options.label(model_opt, lang), info=t("ev_model_info", lang),
+                                         elem_id="eval-model")
+                reg.add(self.model, lambda lg, f=model_opt: {"label": options.label(f, lg),
+                                                             "info": t("ev_model_info", lg)})
                 self.data = gr.Dropdown(data_choices(config.workspace), value="", allow_custom_value=True, scale=3,
-                                        label=t("ev_data", lang), info=t("ev_data_info", lang), elem_id="eval-data")
-                reg.label_info(self.data, "ev_data", "ev_data_info")
+                                        label=options.label(data_opt, lang), info=t("ev_data_info", lang),
+                                        elem_id="eval-data")
+                reg.add(self.data, lambda lg, f=data_opt: {"label": options.label(f, lg), "info": t("ev_data_info", lg)})
             with gr.Row():
-                self.ks = reg.label(gr.Textbox("1", label=t("ev_k", lang), elem_id="eval-k"), "ev_k")
-                self.n = reg.label(gr.Number(0, precision=0, label=t("ev_n", lang), elem_id="eval-n"), "ev_n")
-                self.temperature = reg.label(gr.Number(None, label=t("ev_temperature", lang), elem_id="eval-temp"),
-                                             "ev_temperature")
-                self.max_tokens = reg.label(gr.Number(0, precision=0, label=t("ev_max_tokens", lang),
-                                                      elem_id="eval-max-tokens"), "ev_max_tokens")
-                self.limit = reg.label(gr.Number(0, precision=0, label=t("ev_limit", lang), elem_id="eval-limit"),
-                                       "ev_limit")
-                self.seed = reg.label(gr.Number(0, precision=0, label=t("ev_seed", lang), elem_id="eval-seed"), "ev_seed")
-                self.rewards = reg.label(gr.Textbox("", label=t("ev_rewards", lang), elem_id="eval-rewards"),
-                                         "ev_rewards")
+                self.options = {f.name: _option_widget(f, reg, lang) for f in main}
             with gr.Accordion(t("ev_columns", lang), open=False) as cols:
                 reg.label(cols, "ev_columns")
                 with gr.Row():
-                    self.columns = [reg.label_info(gr.Textbox("", label=t(f"ev_{name}", lang),
-                                                              info=t(f"ev_{name}_info", lang),
-                                                              elem_id=f"eval-{name.replace('_', '-')}"),
-                                                   f"ev_{name}", f"ev_{name}_info")
-                                    for name, _ in COLUMN_FLAGS]
+                    self.options.update({f.name: _option_widget(f, reg, lang) for f in options.form_fields("columns")})
             with gr.Row():
                 self.run_btn = reg.value(gr.Button(t("ev_start", lang), variant="primary", elem_id="eval-start"),
                                          "ev_start")
@@ -161,13 +151,12 @@ class EvalTab:
 
     # -------------------------------------------------------------------- evaluate
 
-    def _form(self, model: str, data: str, ks: str, n: Any, temp: Any, max_tokens: Any, limit: Any, seed: Any,
-              rewards: str, *columns: str) -> EvalForm:
+    def _config(self, model: str, data: str, values: tuple[Any, ...], out: Path | None = None) -> EvalConfig:
+        """The form's EvalConfig (the workspace's references resolved); ValueError or PathError names the field."""
         ws, runs = self.config.workspace, self.config.runs_dir
-        return EvalForm(resolve_model_ref(model, runs, ws), resolve_data_ref(data, ws), (ks or "1").strip(),
-                        int(n or 0), None if temp in (None, "") else float(temp), int(max_tokens or 0),
-                        int(limit or 0), int(seed or 0), rewards or "",
-                        **{name: (v or "").strip() for (name, _), v in zip(COLUMN_FLAGS, columns, strict=True)})
+        fixed = {"model": resolve_model_ref(model, runs, ws), "data": resolve_data_ref(data, ws),
+                 "out": str(out) if out else ""}
+        return options.from_form(dict(zip(self.options, values, strict=True)), **fixed)
 
     def _out_dir(self, model_ref: str, tag: str) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -186,29 +175,30 @@ class EvalTab:
         with (out / "eval.log").open("ab") as log:
             spawn_group(cmd, cwd=self.config.workspace.root, stdout=log)
 
-    def on_run(self, lang: str, request: gr.Request, *args: Any) -> str:
+    def on_run(self, request: gr.Request, lang: str, model: str, data: str, *values: Any) -> str:
         try:
-            f = self._form(*args)
+            cfg = self._config(model, data, values)
         except (PathError, ValueError) as err:
             return "⚠ " + html.escape(t("ev_bad", lang, err=err))
-        out = self._out_dir(f.model, "eval")
-        self._spawn(eval_command(f, out), out)
+        out = self._out_dir(cfg.model, "eval")
+        cfg.out = str(out)
+        self._spawn(eval_command(cfg), out)
         self.memo.get(request)["eval_out"] = str(out)
         return t("ev_started", lang, out=self.config.workspace.rel(out))
 
-    def on_pair(self, lang: str, request: gr.Request, *args: Any) -> str:
+    def on_pair(self, request: gr.Request, lang: str, model: str, data: str, *values: Any) -> str:
         """Evaluate the run's base model and the chosen checkpoint with the same prompts and seed, then compare."""
         try:
-            f = self._form(*args)
+            cfg = self._config(model, data, values)
         except (PathError, ValueError) as err:
             return "⚠ " + html.escape(t("ev_bad", lang, err=err))
-        head = f.model.rpartition(":")[0] if ":" in Path(f.model).name else f.model
+        head = cfg.model.rpartition(":")[0] if ":" in Path(cfg.model).name else cfg.model
         if not (Path(head) / "spec.yaml").is_file():
             return "⚠ " + t("ev_pair_needs_run", lang)
-        out = self._out_dir(f.model, "compare")
-        rest = eval_command(f, out)[5:]  # the options after "--model X", --out included
-        self._spawn([sys.executable, "-m", "backend.eval.compare", "--model", f"{head}:base", "--model", f.model, *rest],
-                    out)
+        out = self._out_dir(cfg.model, "compare")
+        cfg.out = str(out)
+        self._spawn([sys.executable, "-m", "backend.eval.compare", "--model", f"{head}:base", "--model", cfg.model,
+                     *options.to_argv(cfg, skip=("model",))], out)
         m = self.memo.get(request)
         m["eval_out"], m["pair"], m["pair_shown"] = str(out / "0"), [str(out / "0"), str(out / "1")], False
         return t("ev_started", lang, out=self.config.workspace.rel(out))
@@ -340,10 +330,10 @@ class EvalTab:
 
     def wire(self, memo: SessionMemo, radio: Any) -> None:
         self.memo = memo
-        form = [self.model, self.data, self.ks, self.n, self.temperature, self.max_tokens, self.limit, self.seed,
-                self.rewards, *self.columns]
-        self.run_btn.click(self._run_handler(self.on_run), [radio, *form], self.message, concurrency_limit=2)
-        self.pair_btn.click(self._run_handler(self.on_pair), [radio, *form], self.message, concurrency_limit=2)
+        # the request is injected by its annotation; the option widgets follow in self.options' order
+        form = [radio, self.model, self.data, *self.options.values()]
+        self.run_btn.click(self.on_run, form, self.message, concurrency_limit=2)
+        self.pair_btn.click(self.on_pair, form, self.message, concurrency_limit=2)
         cmp_in = [self.cmp_evals, self.cmp_filter, radio]
         kw: dict[str, Any] = {"show_progress": "hidden", "concurrency_limit": 4, "trigger_mode": "always_last"}
         self.cmp_evals.change(memo.setter("cmp_sel"), self.cmp_evals, None, queue=False)
@@ -358,16 +348,21 @@ class EvalTab:
         self.exp_btn.click(self.on_export, [self.exp_model, self.exp_out, self.exp_push, radio], self.exp_msg,
                            concurrency_limit=1)
 
-    @staticmethod
-    def _run_handler(fn: Any) -> Any:
-        # Gradio injects the request by its annotation, so every form input is a named parameter (the Data
-        # columns fields in COLUMN_FLAGS order last)
-        def handler(lang: str, model: str, data: str, ks: str, n: Any, temp: Any, max_tokens: Any, limit: Any,
-                    seed: Any, rewards: str, prompt_column: str, images_column: str, videos_column: str,
-                    audios_column: str, request: gr.Request) -> str:
-            return fn(lang, request, model, data, ks, n, temp, max_tokens, limit, seed, rewards, prompt_column,
-                      images_column, videos_column, audios_column)
-        return handler
+
+def _option_widget(f: Any, reg: Registry, lang: str) -> Any:
+    """One Evaluate-page widget for one option of backend.eval.options (label and help in the page's language)."""
+    o, value = options.opt(f), options.default(f)
+
+    def text(lg: str) -> dict[str, Any]:
+        bounds = options.bounds_text(f)
+        return {"label": options.label(f, lg), "info": options.help_text(f, lg) + (f" ({bounds})" if bounds else "")}
+
+    common = {**text(lang), "elem_id": "eval-" + options.flag(f)[2:]}
+    if o.kind in ("int", "float", "float?"):
+        comp = gr.Number(value, precision=0 if o.kind == "int" else None, **common)
+    else:
+        comp = gr.Textbox("" if value is None else options.format_value(f, value), **common)
+    return reg.add(comp, text)
 
 
 def _text(content: Any) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from app.paths import PathError, Workspace
 from app.runlist import format_duration
 from backend.eval.benchmarks import BENCHMARKS
 from backend.eval.compare import Comparison, PromptRow
+from backend.eval.options import EvalConfig, to_argv
 from backend.project import PROJECT_ROOT
 from backend.rundir import list_evals, list_runs, read_eval_status
 
@@ -74,44 +74,9 @@ def resolve_data_ref(value: str, ws: Workspace) -> str:
     return str(_inside(ws, value))
 
 
-@dataclass(frozen=True)
-class EvalForm:
-    model: str
-    data: str
-    ks: str = "1"
-    n: int = 0
-    temperature: float | None = None
-    max_tokens: int = 0
-    limit: int = 0
-    seed: int = 0
-    rewards: str = ""
-    # the data's columns ('' = the run's, else the evaluator's inference): for data with an unusual schema
-    prompt_column: str = ""
-    images_column: str = ""
-    videos_column: str = ""
-    audios_column: str = ""
-
-
-COLUMN_FLAGS = (("prompt_column", "--prompt-column"), ("images_column", "--images-column"),
-                ("videos_column", "--videos-column"), ("audios_column", "--audios-column"))
-
-
-def eval_command(f: EvalForm, out: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "backend.eval", "--model", f.model, "--k", f.ks or "1", "--out", str(out),
-           "--seed", str(int(f.seed))]
-    if f.data:
-        cmd += ["--data", f.data]
-    for flag, v in (("--n", f.n), ("--max-tokens", f.max_tokens), ("--limit", f.limit)):
-        if v:
-            cmd += [flag, str(int(v))]
-    if f.temperature is not None:
-        cmd += ["--temperature", str(float(f.temperature))]
-    if f.rewards.strip():
-        cmd += ["--rewards", f.rewards.strip()]
-    for name, flag in COLUMN_FLAGS:
-        if value := getattr(f, name).strip():
-            cmd += [flag, value]
-    return cmd
+def eval_command(cfg: EvalConfig) -> list[str]:
+    """The child process that runs one evaluation (its options projected by backend.eval.options.to_argv)."""
+    return [sys.executable, "-m", "backend.eval", *to_argv(cfg)]
 
 
 def all_evals(runs_dir: Path, evals_dir: Path) -> dict[str, Path]:

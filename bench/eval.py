@@ -15,7 +15,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from backend.eval.run import EvalConfig, run_eval
+from backend.eval.options import EvalConfig
+from backend.eval.run import run_eval
 from bench.common import ROOT, TINY
 
 DATA = str(ROOT / "assets/data/add_test.jsonl")

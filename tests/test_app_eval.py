@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from app.eval_view import EvalForm, eval_command, progress_html, resolve_data_ref, resolve_model_ref, side_by_side_html
+from app.eval_view import eval_command, progress_html, resolve_data_ref, resolve_model_ref, side_by_side_html
 from app.figures import MetricTable, reward_figure
 from app.paths import PathError, Workspace
 from backend.eval.cli import parser
 from backend.eval.compare import Comparison, PromptRow
+from backend.eval.options import from_form
 from backend.rundir import BestCheckpoint, RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,12 +69,13 @@ def test_model_and_data_references_stay_in_the_workspace(tmp_path: Path) -> None
     with pytest.raises(PathError, match="outside the workspace"):
         resolve_data_ref("gsm8k=../../etc/passwd", ws)
     assert resolve_data_ref("gsm8k", ws) == "gsm8k" and resolve_data_ref("", ws) == ""
-    cmd = eval_command(EvalForm("m", "gsm8k", "1,4", n=8, temperature=0.0, limit=5), Path("/o"))
-    assert cmd[1:] == ["-m", "backend.eval", "--model", "m", "--k", "1,4", "--out", "/o", "--seed", "0",
-                       "--data", "gsm8k", "--n", "8", "--limit", "5", "--temperature", "0.0"]
+    cmd = eval_command(from_form({"ks": "1,4", "n": 8, "temperature": 0, "limit": 5, "seed": None}, model="m",
+                                 data="gsm8k", out="/o"))
+    assert cmd[1:] == ["-m", "backend.eval", "--model", "m", "--data", "gsm8k", "--k", "1,4", "--n", "8",
+                       "--temperature", "0.0", "--limit", "5", "--out", "/o"]
     # a bare VL model over data with its own column names: the form's columns reach the evaluator
-    cmd = eval_command(EvalForm("m", "d.jsonl", prompt_column="question", images_column=" pic ", audios_column=""),
-                       Path("/o"))
+    cmd = eval_command(from_form({"prompt_column": "question", "images_column": " pic ", "audios_column": ""},
+                                 model="m", data="d.jsonl"))
     assert cmd[cmd.index("--data"):] == ["--data", "d.jsonl", "--prompt-column", "question", "--images-column", "pic"]
     args = parser().parse_args(cmd[3:])
     assert (args.prompt_column, args.images_column, args.videos_column) == ("question", "pic", "")

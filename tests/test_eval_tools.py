@@ -13,8 +13,9 @@ from backend.eval.benchmarks import BENCHMARKS, gpqa_order, load_benchmark, math
 from backend.eval.chat import ChatModel, ChatSettings
 from backend.eval.compare import CompareError, compare, load_eval
 from backend.eval.export import ExportError, export_model, push_to_hub
+from backend.eval.options import EvalConfig
 from backend.eval.refs import ModelRefError, resolve_model
-from backend.eval.run import EvalConfig, read_status, run_eval
+from backend.eval.run import read_status, run_eval
 from backend.rewards.choice import choice_letter, multiple_choice
 
 ROOT = Path(__file__).resolve().parent.parent

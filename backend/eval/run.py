@@ -29,7 +29,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,43 +38,14 @@ import numpy as np
 from backend.data import load_rows, render_prompt
 from backend.eval.benchmarks import Benchmark, load_benchmark, math_answer, parse_data_ref, plain_answer
 from backend.eval.metrics import PromptResult, summarize
+from backend.eval.options import EvalConfig, problems
 from backend.eval.refs import ModelChoice, load_model, load_processor, load_tokenizer, model_config, resolve_model
-from backend.eval.thinking import DEFAULT_SWITCHES, ThinkingStats, summarize_thinking, thinking_stats
+from backend.eval.thinking import ThinkingStats, summarize_thinking, thinking_stats
 from backend.multimodal import MediaError, is_audio_config, is_vision_config, media_ref, render_mm_prompt
 from backend.rewards.scorer import RewardScorer
 from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams
 from backend.rundir import CORRECTNESS_REWARDS, atomic_write_text, read_eval_status
 from backend.spec import DataSection, RewardFunction, RewardsSection
-
-ENGINES = ("hf", "vllm", "lmdeploy")
-
-
-@dataclass
-class EvalConfig:
-    model: str
-    data: str = ""  # '' = the run's data.eval_sources
-    ks: list[int] = field(default_factory=lambda: [1])
-    n: int = 0  # samples per prompt; 0 = max(ks)
-    temperature: float | None = None  # None: greedy when n == 1, else the run's (or 1.0); 0 = greedy
-    top_p: float = 1.0
-    top_k: int = 0
-    max_tokens: int = 0  # 0 = the run's max_completion_length, else 1024
-    limit: int = 0
-    seed: int = 0
-    batch: int = 16  # prompts per generate() call (also the progress granularity)
-    engine: str = "hf"
-    device: str = "cpu"
-    rewards: list[str] = field(default_factory=list)  # override the reward functions
-    correct: str = ""  # the function whose score >= 1 means correct; '' = see correctness_index
-    system_prompt: str = ""
-    think_markers: list[str] = field(default_factory=lambda: list(DEFAULT_SWITCHES))
-    judge: str = ""  # a local causal LM directory that finds the first correct position instead of the rule
-    prompt_column: str = ""  # '' = the run's data.prompt_column, else 'prompt'
-    images_column: str = ""  # media columns; '' = the run's, else inferred for a multimodal model (module docstring)
-    videos_column: str = ""
-    audios_column: str = ""
-    out: str = ""
-    base_dir: str = "."
 
 
 @dataclass
@@ -190,8 +161,6 @@ def open_engine(cfg: EvalConfig, choice: ModelChoice, tokenizer: Any) -> Rollout
         from backend.rollout.hf import HFEngine
 
         return HFEngine(load_model(choice, cfg.device), tokenizer)
-    if cfg.engine not in ENGINES:
-        raise EvalError(f"--engine {cfg.engine!r}: one of {', '.join(ENGINES)}")
     import importlib
     import importlib.util
 
@@ -270,11 +239,10 @@ def run_eval(cfg: EvalConfig, log: Callable[[str], None] = lambda s: print(s, fi
 
 def _run_eval(cfg: EvalConfig, log: Callable[[str], None]) -> dict[str, Any]:
     base_dir = Path(cfg.base_dir)
-    if any(k < 1 for k in cfg.ks):
-        raise EvalError(f"--k {cfg.ks}: every k must be >= 1")
+    bad = problems(cfg)
+    if bad:
+        raise EvalError("; ".join(bad))
     n = cfg.n or max(cfg.ks)
-    if max(cfg.ks) > n:
-        raise EvalError(f"pass@{max(cfg.ks)} needs --n >= {max(cfg.ks)} samples per prompt (got {n})")
     choice = resolve_model(cfg.model, base_dir)
     ed = resolve_data(cfg, choice)
     if ed.media_columns and cfg.engine != "hf":
