@@ -1,11 +1,10 @@
 """What each CPU fast path of our trainer pays, end to end: our step with it on vs off, side by side.
 
-    python -m bench.fast_paths [--shapes preset long] [--pairs 0] [--pieces lean tape]
+    python -m bench.fast_paths [--shapes preset long] [--pairs 0] [--pieces lean]
 
 Pieces, each turned off alone with the rest on:
     lean    the lean passes (backend.rollout.fast_decode.set_lean: the hf engine's prefill and decode and the
-            training forward; the activation tape rides on them, so it is off too)
-    tape    the activation tape (the hf engine's tape budget, resources.activation_reuse_mb, set to 0)
+            training forward)
 Per shape of bench.vs_trl and piece: one run of our trainer whose steps alternate, after bench.vs_trl.WARMUP
 steps, between the piece on and off (switched between steps), for `pairs` pairs (0: the shape's step count).
 Neighbouring steps share the host's load, so on a shared machine whose speed swings with the neighbours' work
@@ -13,7 +12,7 @@ the pairs still compare like with like, where whole runs one after another do no
 step on and off (wall clock between step ends, and CPU seconds of this process), the host's load, and the
 speed-up (step time off / on; per CPU second too, the steadier of the two on a busy host). Pin OMP_NUM_THREADS=1.
 A piece stays on the default path only while it pays at least 10% at the shape where it claims to
-(bench/RESULTS.md: oneDNN products and a C decode-attention kernel paid less and were removed).
+(bench/RESULTS.md: oneDNN products, a C decode-attention kernel and the activation tape paid less and were removed).
 """
 
 from __future__ import annotations
@@ -37,15 +36,8 @@ def _process_wide(set_enabled: Callable[[bool], bool]) -> Callable[[Any, bool], 
     return lambda trainer, on: set_enabled(on)
 
 
-def _tape(trainer: Any, on: bool) -> None:
-    # the hf engine reads its tape budget (0 = off) at each generate() (backend.rollout.hf); it was on until now
-    engine = trainer.sync.engine
-    engine.bench_tape_budget = getattr(engine, "bench_tape_budget", engine.tape_budget)
-    engine.tape_budget = engine.bench_tape_budget if on else 0
-
-
 # a piece's switch, applied between steps: switch(trainer, on)
-PIECES: dict[str, Callable[[Any, bool], None]] = {"lean": _process_wide(fast_decode.set_lean), "tape": _tape}
+PIECES: dict[str, Callable[[Any, bool], None]] = {"lean": _process_wide(fast_decode.set_lean)}
 
 
 @dataclass(frozen=True)
@@ -54,8 +46,6 @@ class Paired:
     off: float
     cpu_on: float  # CPU seconds of this process per step
     cpu_off: float
-    replayed_on: float  # the share of trained rows that replayed the activation tape, steps on / off
-    replayed_off: float
 
 
 def paired(spec: RunSpec, piece: str, pairs: int) -> Paired:
@@ -73,20 +63,17 @@ def paired(spec: RunSpec, piece: str, pairs: int) -> Paired:
             switch(trainer, (done - WARMUP) % 2 == 1)  # off for the first step after the warm-up, then by turns
 
     try:
-        rows = run_ours(spec, on_step=on_step)
+        run_ours(spec, on_step=on_step)
     finally:
-        for name, fn in PIECES.items():
-            if name != "tape":
-                fn(None, True)
+        for fn in PIECES.values():
+            fn(None, True)
     wall = {True: 0.0, False: 0.0}
     cpu = {True: 0.0, False: 0.0}
-    replayed = {True: 0.0, False: 0.0}
     for i in range(WARMUP, len(ends)):
         on = (i - WARMUP) % 2 == 1
         wall[on] += ends[i][0] - ends[i - 1][0]
         cpu[on] += ends[i][1] - ends[i - 1][1]
-        replayed[on] += rows[i].get("activation_reuse/replayed") or 0.0
-    return Paired(*(d[k] / pairs for d in (wall, cpu, replayed) for k in (True, False)))
+    return Paired(*(d[k] / pairs for d in (wall, cpu) for k in (True, False)))
 
 
 def load() -> str:
@@ -113,7 +100,7 @@ def main() -> None:
                 p = paired(spec, piece, pairs)
                 line = (f"{name:7s} {piece:7s} on {p.on:.3f} s/step, off {p.off:.3f} s/step: {p.off / p.on:.2f}x | per CPU "
                         f"second: on {p.cpu_on:.3f} s, off {p.cpu_off:.3f} s: {p.cpu_off / p.cpu_on:.2f}x | load "
-                        f"{before} -> {load()} | tape replayed on {p.replayed_on:.0%} / off {p.replayed_off:.0%} of rows")
+                        f"{before} -> {load()}")
                 print(line, flush=True)
                 summary.append(line)
     print("\nsummary: each piece's speed-up (step time off / on) over alternating steps")

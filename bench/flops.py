@@ -4,8 +4,8 @@
 
 At the compute-bound shapes of bench.vs_trl both trainers spend their step in float32 matrix products and
 attention, so the ratio of their step times is (TRL's FLOPs / ours) x (our FLOP rate / TRL's). The first factor
-is what our design saves (the activation tape skips the training forward's products, a group's prompt is
-prefilled and trained once instead of once per completion); the second is how close each runs to the core.
+is what our design saves (a group's prompt is prefilled and trained once instead of once per completion); the
+second is how close each runs to the core.
 This counts the first exactly: every matrix product and attention call of a few real steps of each trainer,
 under torch's FlopCounterMode (formulas added for the CPU flash-attention ops it does not know). It then measures
 the best float32 rate of this core on the shape's largest product (torch's, in cache: the rate no step can beat)

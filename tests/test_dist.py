@@ -68,10 +68,9 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
 
 @pytest.fixture(scope="module")
 def one_rank(tmp_path_factory) -> RunDir:
-    """The reference: the tiny run on one process, 4 steps, checkpoints at 2 and 4. Without the activation tape,
-    which only one rank uses: ranks run the plain pass, whose rounding differs from a replay's (tests/test_tape.py)."""
+    """The reference: the tiny run on one process, 4 steps, checkpoints at 2 and 4."""
     tmp = tmp_path_factory.mktemp("one")
-    spec = load_spec(TINY, [f"output.runs_dir={tmp}", *FAST, "resources.activation_reuse_mb=0"])
+    spec = load_spec(TINY, [f"output.runs_dir={tmp}", *FAST])
     run = create_run(spec, ROOT)
     GRPOTrainer(spec, run, ROOT).setup().train()
     return run

@@ -34,9 +34,8 @@ def _worker_pids(run) -> list[int]:
 
 
 def test_two_workers_train_like_the_in_process_engine(tmp_path: Path) -> None:
-    # the in-process engine without the activation tape, which workers cannot have: the same plain pass, so the
-    # weights agree elementwise (a replay rounds differently; tests/test_tape.py compares those)
-    local, _ = train(tmp_path / "a", "algorithm.max_steps=3", "resources.activation_reuse_mb=0")
+    # the in-process engine and two workers run the same plain pass, so the weights agree elementwise
+    local, _ = train(tmp_path / "a", "algorithm.max_steps=3")
     pooled, _ = train(tmp_path / "b", "algorithm.max_steps=3", *SEP, "rollout.data_parallel_size=2")
     a, b = metrics(local), metrics(pooled)
     assert [r["reward"] for r in b] == pytest.approx([r["reward"] for r in a], abs=1e-6)

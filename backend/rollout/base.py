@@ -115,8 +115,3 @@ class RolloutEngine:
     def last_timings(self) -> list[InstanceTiming]:
         """Per-instance seconds of the last generate call; [] for a single engine (the caller times it)."""
         return []
-
-    def take_tape(self) -> Any:
-        """The activation tape (backend.rollout.tape.ActivationTape) the last generate call recorded, handed over
-        once; None when it recorded none."""
-        return None

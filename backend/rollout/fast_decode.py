@@ -12,15 +12,13 @@ architectures, sliding windows, wrapped or hooked models such as PEFT, ZeRO-3 or
 through the model's forward.
 
 The one switch: `lean_applies(model)` is what both the hf engine's decode and the trainer's forward ask, and
-`set_lean(False)` turns the lean passes off process-wide (and with them the activation tape, which rides on them:
-backend.rollout.tape), so everything runs the model's own forward. It exists to compare the two paths (tests,
-benches) and to rule the lean passes out when a model misbehaves; it changes speed, not results beyond float32
-rounding.
+`set_lean(False)` turns the lean passes off process-wide, so everything runs the model's own forward. It exists
+to compare the two paths (tests, benches) and to rule the lean passes out when a model misbehaves; it changes
+speed, not results beyond float32 rounding.
 """
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +30,8 @@ _lean = True  # the switch (module docstring): process-wide, as the passes it gu
 
 
 def set_lean(enabled: bool) -> bool:
-    """Turn the lean passes (decode, training forward, hence the activation tape) on or off process-wide; returns the
-    previous setting, for a caller to restore."""
+    """Turn the lean passes (decode and training forward) on or off process-wide; returns the previous setting, for
+    a caller to restore."""
     global _lean
     before, _lean = _lean, enabled
     return before
@@ -93,14 +91,10 @@ def _linear(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return F.linear(x, module.weight, module.bias)
 
 
-# How a lean pass applies an nn.Linear: `_linear`, or the activation tape's recorder / replay (backend.rollout.tape)
-Linear = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
-
-
-def _mlp(mlp: torch.nn.Module, h: torch.Tensor, silu: bool, linear: Linear = _linear) -> torch.Tensor:
+def _mlp(mlp: torch.nn.Module, h: torch.Tensor, silu: bool) -> torch.Tensor:
     """Qwen2MLP / LlamaMLP: down(act(gate(h)) * up(h))."""
-    gate = linear(mlp.gate_proj, h)
-    return linear(mlp.down_proj, (F.silu(gate) if silu else mlp.act_fn(gate)) * linear(mlp.up_proj, h))
+    gate = _linear(mlp.gate_proj, h)
+    return _linear(mlp.down_proj, (F.silu(gate) if silu else mlp.act_fn(gate)) * _linear(mlp.up_proj, h))
 
 
 def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
@@ -127,7 +121,7 @@ def attend_mask(keys: torch.Tensor, causal_from: int, queries: int) -> torch.Ten
 
 
 def lean_layers(model, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
-                 past: list[tuple[torch.Tensor, torch.Tensor]] | None = None, linear: Linear = _linear
+                 past: list[tuple[torch.Tensor, torch.Tensor]] | None = None
                  ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     """Hidden states (B, L, H) before the final norm, and each layer's (keys, values) including `past`.
     The same operations in the same order as Qwen2Model / LlamaModel's forward with sdpa attention."""
@@ -142,23 +136,23 @@ def lean_layers(model, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
         attn, mlp = layer.self_attn, layer.mlp
         hd = attn.head_dim
         h = rms_norm(x, layer.input_layernorm)
-        q = linear(attn.q_proj, h).view(B, L, -1, hd).transpose(1, 2)
-        k = linear(attn.k_proj, h).view(B, L, -1, hd).transpose(1, 2)
-        v = linear(attn.v_proj, h).view(B, L, -1, hd).transpose(1, 2)
+        q = _linear(attn.q_proj, h).view(B, L, -1, hd).transpose(1, 2)
+        k = _linear(attn.k_proj, h).view(B, L, -1, hd).transpose(1, 2)
+        v = _linear(attn.v_proj, h).view(B, L, -1, hd).transpose(1, 2)
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         if past is not None:
             k, v = torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2)
         kv.append((k, v))
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
                                            enable_gqa=q.shape[1] != k.shape[1])
-        x = x + linear(attn.o_proj, o.transpose(1, 2).reshape(B, L, -1))
-        x = x + _mlp(mlp, rms_norm(x, layer.post_attention_layernorm), silu, linear)
+        x = x + _linear(attn.o_proj, o.transpose(1, 2).reshape(B, L, -1))
+        x = x + _mlp(mlp, rms_norm(x, layer.post_attention_layernorm), silu)
     return x, kv
 
 
-def lean_head(model, x: torch.Tensor, linear: Linear = _linear) -> torch.Tensor:
+def lean_head(model, x: torch.Tensor) -> torch.Tensor:
     """Final norm and LM head: logits for the hidden states x."""
-    return linear(model.lm_head, rms_norm(x, model.model.norm))
+    return _linear(model.lm_head, rms_norm(x, model.model.norm))
 
 
 class KVDecoder:
@@ -167,13 +161,11 @@ class KVDecoder:
     kv: each layer's prompt keys and values (P, kv_heads, W, head_dim) from `lean_layers`; mask (B, W) the rows'
     padding mask, B = P * n: each prompt's row repeated n times (a group shares its prompt), straight into the
     buffers without an intermediate copy. first (B, 1): the position of each row's first fed token; the rotary
-    tables for all steps are computed here once (the same numbers per position as one step at a time).
-    linear: how each nn.Linear is applied (a tape recorder keeps the outputs)."""
+    tables for all steps are computed here once (the same numbers per position as one step at a time)."""
 
     def __init__(self, model: torch.nn.Module, kv: list[tuple[torch.Tensor, torch.Tensor]], mask: torch.Tensor,
-                 max_new: int, first: torch.Tensor, linear: Linear = _linear):
+                 max_new: int, first: torch.Tensor):
         self.model = model
-        self.linear = linear
         rows, width = mask.shape
         prompts = kv[0][0].shape[0]
         n = rows // prompts
@@ -198,7 +190,7 @@ class KVDecoder:
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (B,) at positions first + (tokens fed so far) -> next-token logits (B, V); appends the tokens'
         keys and values."""
-        inner, linear = self.model.model, self.linear
+        inner = self.model.model
         at, end = self.length, self.length + 1
         x = F.embedding(tokens[:, None], inner.embed_tokens.weight)
         cos, sin = self.cos[:, :, self.fed:self.fed + 1], self.sin[:, :, self.fed:self.fed + 1]
@@ -208,15 +200,15 @@ class KVDecoder:
             attn = layer.self_attn
             hd = attn.head_dim
             h = rms_norm(x, layer.input_layernorm)
-            q = linear(attn.q_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
-            k = linear(attn.k_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
-            self.values[i][:, :, at] = linear(attn.v_proj, h).view(batch, -1, hd)
+            q = _linear(attn.q_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
+            k = _linear(attn.k_proj, h).view(batch, 1, -1, hd).transpose(1, 2)
+            self.values[i][:, :, at] = _linear(attn.v_proj, h).view(batch, -1, hd)
             q = rope(q, cos, sin)
             self.keys[i][:, :, at] = rope(k, cos, sin)[:, :, 0]
             keys, values = self.keys[i][:, :, :end], self.values[i][:, :, :end]
             o = F.scaled_dot_product_attention(q, keys, values, attn_mask=attend, scale=attn.scaling,
                                                enable_gqa=q.shape[1] != keys.shape[1])
-            x = x + linear(attn.o_proj, o.transpose(1, 2).reshape(batch, 1, -1))
-            x = x + _mlp(layer.mlp, rms_norm(x, layer.post_attention_layernorm), self.silu, linear)
+            x = x + _linear(attn.o_proj, o.transpose(1, 2).reshape(batch, 1, -1))
+            x = x + _mlp(layer.mlp, rms_norm(x, layer.post_attention_layernorm), self.silu)
         self.length, self.fed = end, self.fed + 1
-        return lean_head(self.model, x, linear)[:, -1]
+        return lean_head(self.model, x)[:, -1]

@@ -4,11 +4,11 @@ Each prompt is prefilled once and its cache repeated n times (a group shares its
 then all sequences decode together until every one has produced EOS or hit max_tokens.
 The loop is hand-written rather than `model.generate` because it also returns the sampling
 policy's per-token logprobs at no extra cost and has less per-token overhead on tiny models.
-For Llama-family models the prefill and the decode steps skip transformers' per-call machinery (fast_decode),
-and, with a `tape_budget`, generate() also records their linear outputs for the trainer to replay
-(backend.rollout.tape; handed over by `take_tape()`);
-torch.compile of the decode step was measured and left out: on this CPU it cost 140 s of compilation
-(2 busy cores) to save about 15% of a preset rollout, which no short run pays back.
+For Llama-family models the prefill and the decode steps skip transformers' per-call machinery (fast_decode).
+An activation tape (the rollout's linear outputs, replayed by the training forward) paid 1.05-1.06x end to end
+on a quiet host and was removed (bench/RESULTS.md). torch.compile of the decode step was measured and left out:
+on this CPU it cost 140 s of compilation (2 busy cores) to save about 15% of a preset rollout, which no short run
+pays back.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from backend.multimodal import forward_media, media_positions, placeholder_ids, stack_media
 from backend.rollout.base import Completion, PromptInput, RolloutEngine, SamplingParams, group_seeds
 from backend.rollout.fast_decode import KVDecoder, attend_mask, lean_applies, lean_head, lean_layers, plain_modules
-from backend.rollout.tape import ActivationTape, TapeRecorder, tape_bytes
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -87,17 +86,14 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 
 class HFEngine(RolloutEngine):
-    """Sampling with a transformers model in this process. `tape_budget` (bytes, 0 = off): record the rollout's
-    activation tape when the lean passes run in float32 over one batch and the tape fits (backend.rollout.tape)."""
+    """Sampling with a transformers model in this process (the lean decode where fast_decode.lean_applies)."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_batch: int = 0,
-                 autocast_dtype: torch.dtype | None = None, tape_budget: int = 0):
+                 autocast_dtype: torch.dtype | None = None):
         self.model = model
         self.autocast_dtype = autocast_dtype
         self.tok = tokenizer
         self.max_batch = max_batch  # sequences decoded together; 0 = all at once
-        self.tape_budget = tape_budget
-        self._tape: ActivationTape | None = None
         # an in-process peft model is sampled as it is: weights come with peft's names
         self.keeps_peft_names = hasattr(model, "peft_config")
         self.eos_ids = set(_eos_ids(model, tokenizer))
@@ -109,18 +105,9 @@ class HFEngine(RolloutEngine):
     def shares(self, model: Any) -> bool:
         return self.model is model
 
-    def take_tape(self) -> ActivationTape | None:
-        tape, self._tape = self._tape, None
-        return tape
-
     @torch.no_grad()
     def generate(self, prompts: list[PromptInput], sampling: SamplingParams) -> list[list[Completion]]:
         prompts = group_seeds(prompts, sampling)  # seeds per group: chunking does not change the samples
-        self._tape = None
-        chunked = self.max_batch and len(prompts) > max(1, self.max_batch // sampling.n)
-        if self.tape_budget > 0 and not chunked and self.autocast_dtype is None:
-            out, self._tape = self._decode(prompts, sampling, self.tape_budget)
-            return out
         if not self.max_batch:
             return self._generate(prompts, sampling)
         per_chunk = max(1, self.max_batch // sampling.n)
@@ -131,13 +118,12 @@ class HFEngine(RolloutEngine):
 
     def _generate(self, prompts: list[PromptInput], sp: SamplingParams) -> list[list[Completion]]:
         if self.autocast_dtype is None:
-            return self._decode(prompts, sp)[0]
+            return self._decode(prompts, sp)
         device = next(self.model.parameters()).device
         with torch.autocast(device_type=device.type, dtype=self.autocast_dtype):
-            return self._decode(prompts, sp)[0]
+            return self._decode(prompts, sp)
 
-    def _decode(self, prompts: list[PromptInput], sp: SamplingParams, tape_budget: int = 0
-                ) -> tuple[list[list[Completion]], ActivationTape | None]:
+    def _decode(self, prompts: list[PromptInput], sp: SamplingParams) -> list[list[Completion]]:
         model = self.model
         device = next(model.parameters()).device
         # one generator per group, so a group samples the same tokens whatever else is in the batch
@@ -161,12 +147,9 @@ class HFEngine(RolloutEngine):
             extra = forward_media(media, device)
         lean, kv = None, None
         cache = DynamicCache()
-        shape = (len(prompts), ids.shape[1], len(prompts) * sp.n, sp.max_tokens - 1)  # prefill, decode rows, steps
-        recorder = TapeRecorder(model, *shape) if lean_ok and 0 < tape_bytes(model, *shape) <= tape_budget else None
-        lin = {"linear": recorder} if recorder is not None else {}
         if lean_ok:
-            hidden, kv = lean_layers(model, ids, prefill_pos, attend_mask(mask, 0, ids.shape[1]), **lin)
-            logits = lean_head(model, hidden[:, -1], **lin).float()
+            hidden, kv = lean_layers(model, ids, prefill_pos, attend_mask(mask, 0, ids.shape[1]))
+            logits = lean_head(model, hidden[:, -1]).float()
         else:
             out = model(input_ids=ids, attention_mask=mask, position_ids=prefill_pos, past_key_values=cache,
                         use_cache=True, logits_to_keep=1, **extra)  # only the last position samples: no B x Lp x V
@@ -181,7 +164,7 @@ class HFEngine(RolloutEngine):
         batch = mask.shape[0]
         pos = mask.sum(-1, keepdim=True) - 1 + delta.to(device)  # last prompt position per row
         if kv is not None and sp.max_tokens > 1:  # the prompt rows repeated n times into the decode buffers
-            lean = KVDecoder(model, kv, mask, sp.max_tokens, pos + 1, **lin)
+            lean = KVDecoder(model, kv, mask, sp.max_tokens, pos + 1)
 
         eos = torch.tensor(sorted(self.eos_ids), device=device)
         done = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -228,7 +211,7 @@ class HFEngine(RolloutEngine):
                     group.append(Completion(kept, self.tok.decode(kept, skip_special_tokens=True), "stop",
                                             lps[: end + 1]))
             results.append(group)
-        return results, recorder.finish(results) if recorder is not None else None
+        return results
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int = 0,
                        adapter: dict[str, Any] | None = None) -> None:
@@ -241,7 +224,6 @@ class HFEngine(RolloutEngine):
 
     def close(self) -> None:
         self.model = None  # type: ignore[assignment]
-        self._tape = None
 
 
 def _eos_ids(model: PreTrainedModel, tok: PreTrainedTokenizerBase) -> list[int]:

@@ -13,10 +13,6 @@ import numpy as np
 import torch
 
 from backend.rollout.base import Completion, RawMedia
-from backend.rollout.tape import ActivationTape
-
-# fields a checkpoint leaves out: recomputable, and tied to this process's weights (backend/train/checkpoint.py)
-TRANSIENT = {"transient": True}
 
 
 @dataclass
@@ -40,10 +36,6 @@ class Rollout:
     is_weights: torch.Tensor | None = None  # truncated importance sampling weights (rollout.vllm_importance_sampling_*)
     # per row: the prompt's image inputs ({"pixel_values", "image_grid_thw"}, backend.multimodal), None for text
     media: list[dict[str, torch.Tensor] | None] | None = None
-    # the rollout's recorded linear outputs (backend.rollout.tape) and each row's decode row on it (-1: not on it,
-    # e.g. a completion put back by success replay); dropped after the first update, which is all they are valid for
-    tape: ActivationTape | None = field(default=None, metadata=TRANSIENT)
-    tape_rows: torch.Tensor | None = field(default=None, metadata=TRANSIENT)
 
 
 @dataclass(frozen=True)
@@ -63,7 +55,6 @@ class ScoredGroup:
     completions: list[Completion]
     rewards: np.ndarray
     replayed: tuple[int, ...] = ()  # indices of completions put back by success replay (backend.train.replay)
-    tape: ActivationTape | None = None  # the activations of the generate call that sampled the group
 
 
 @dataclass

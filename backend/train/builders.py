@@ -108,10 +108,9 @@ def rollout_gpu_sets(spec: RunSpec) -> list[list[int]] | None:
 
 
 def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype | None = None,
-                 base_dir: Path = Path("."), log_dir: Path | None = None, tape_budget: int = 0) -> RolloutEngine:
+                 base_dir: Path = Path("."), log_dir: Path | None = None) -> RolloutEngine:
     """The rollout engine: a pool of rollout workers (spec.rollout_in_workers), colocated vLLM in this process, or
-    the hf engine here. Sync hf shares the policy's weights (no sync needed) and records the activation tape within
-    `tape_budget` bytes (float32 only); async hf samples with its own copy."""
+    the hf engine here. Sync hf shares the policy's weights (no sync needed); async hf samples with its own copy."""
     r = spec.rollout
     weight_sync = spec.weight_sync_mode(spec.on_gpu(torch.cuda.is_available()))
     if r.worker_urls:
@@ -144,8 +143,7 @@ def build_engine(spec: RunSpec, policy, tokenizer, autocast_dtype: torch.dtype |
     model = copy.deepcopy(policy).eval() if r.async_generation else policy
     if r.async_generation:
         model.requires_grad_(False)
-    shares = not r.async_generation and autocast_dtype is None
-    return HFEngine(model, tokenizer, autocast_dtype=autocast_dtype, tape_budget=tape_budget if shares else 0)
+    return HFEngine(model, tokenizer, autocast_dtype=autocast_dtype)
 
 
 def base_name(peft_name: str) -> str:

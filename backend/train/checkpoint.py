@@ -50,8 +50,7 @@ class TrainerState:
 
 
 def _rollout_to_plain(ro: Rollout | None) -> dict[str, Any] | None:
-    return None if ro is None else {f.name: getattr(ro, f.name) for f in dataclasses.fields(ro)
-                                    if not f.metadata.get("transient")}
+    return None if ro is None else {f.name: getattr(ro, f.name) for f in dataclasses.fields(ro)}
 
 
 def _rollout_from_plain(d: dict[str, Any] | None) -> Rollout | None:

@@ -1,8 +1,7 @@
 """Per-token logprobs of a policy for (prompt, completion) batches, the trainer's one forward pass.
 
 The door is `PolicyLogps`: logprobs (and entropies) of any rows of a `Rollout`, for the policy, the reference
-or the old-policy pass. It hides how: the shared-prompt packing, the lean pass, and the activation tape's
-replay of the rollout's linear outputs for the rows that were sampled with these very weights.
+or the old-policy pass. It hides how: the shared-prompt packing, the lean pass and the LM head in slices.
 
 GRPO batches hold G completions per prompt. With `group_size` the prompt runs through the model
 once per group and its key/value cache is repeated G times for the completions, so prompt tokens
@@ -19,8 +18,6 @@ transformers' forward costs several milliseconds of Python per call (mask buildi
 small models is most of the training step. Everything else (PEFT / LoRA, images, sliding windows, attention
 dropout in training, gradient checkpointing, autocast, module hooks such as DeepSpeed ZeRO-3's or accelerate's
 offload) runs through the model's forward. tests/test_forward.py checks logits and gradients against it.
-With a `TapeRows` the lean pass replays the rollout's recorded linear outputs instead of recomputing them
-(backend.rollout.tape; tests/test_tape.py): a sync rollout on the policy's own weights already ran this forward.
 """
 
 from __future__ import annotations
@@ -34,18 +31,9 @@ from transformers import DynamicCache
 from backend.multimodal import forward_media, media_positions, stack_media
 from backend.rollout.fast_decode import lean_applies, lean_head, lean_layers, plain_modules, rms_norm
 from backend.rollout.hf import positions
-from backend.rollout.tape import ActivationTape, TapeReplay
 from backend.train import grpo
 from backend.train.batch import Rollout
 from backend.train.token_logps import token_logps
-
-
-@dataclass(frozen=True)
-class TapeRows:
-    """The rollout's activation tape for a batch (backend.rollout.tape): each batch row's decode row on it."""
-
-    tape: ActivationTape
-    rows: torch.Tensor  # (B,) long, every entry a row of the tape
 
 
 def _prompt_positions(model, ids: torch.Tensor, mask: torch.Tensor, media: list | None
@@ -68,20 +56,18 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
 
 def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor, c_mask: torch.Tensor,
                       group_size: int | None = None, media: list[dict[str, torch.Tensor] | None] | None = None,
-                      tape: TapeRows | None = None, head: bool = True) -> torch.Tensor:
+                      head: bool = True) -> torch.Tensor:
     """(B, Lc, V) logits whose position t predicts completion token t; with head=False the final hidden states
     (B, Lc, H) the LM head would read there (for `chunked_head` models: token_logps applies the head in slices).
 
     p_ids/p_mask: (B, Lp) left padded; c_ids/c_mask: (B, Lc) right padded. With group_size G,
     rows b*G .. b*G+G-1 must share one prompt (and its images). `media`: each row's image inputs
     (backend.multimodal; None for a text row): the vision tower runs once per prompt on the shared path.
-    `tape`: the rows' recorded linear outputs, replayed by the lean pass (the caller checks ActivationTape.valid_for;
-    ignored where the lean pass does not run).
     """
     # plain Qwen2 / Llama: one lean packed pass (an empty prompt, images or a wrapped model: the forward below)
     if not media and lean_supported(model, p_ids.device) and bool((p_mask.sum(1) > 0).all()):
         G = group_size if group_size and p_ids.shape[0] % group_size == 0 else 1
-        return packed_completion_logits(model, p_ids, p_mask, c_ids, c_mask, G, tape, head)
+        return packed_completion_logits(model, p_ids, p_mask, c_ids, c_mask, G, head)
     with contextlib.nullcontext() if head else _head_skipped(model):
         return _model_completion_logits(model, p_ids, p_mask, c_ids, c_mask, group_size, media)
 
@@ -151,7 +137,7 @@ def rows_per_sequence(group_size: int, fed: int) -> int:
 
 
 def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor, c_mask: torch.Tensor,
-                             group_size: int = 1, tape: TapeRows | None = None, head: bool = True) -> torch.Tensor:
+                             group_size: int = 1, head: bool = True) -> torch.Tensor:
     """(B, Lc, V) completion logits from one lean pass over packed sequences, without padding.
 
     A sequence holds one prompt once, then the unpadded completions of k rows of its group one after another
@@ -161,7 +147,6 @@ def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c
     per row, padded completion tokens not at all, and the whole batch is one pass over the weights (the shared-
     prompt split's second pass and its repeated cache are gone). Logits at padded completion positions (c_mask
     0) are finite and meaningless, as in the plain forward. Every prompt must have at least one token.
-    With `tape` every linear layer's output is the rollout's, gathered per packed slot (TapeReplay).
     head=False: the final norm's output instead of the logits (B, Lc, H)."""
     B, Lc = c_ids.shape
     Lp, dev = p_ids.shape[1], c_ids.device
@@ -191,29 +176,12 @@ def packed_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c
     same = (seg[:, None, :] == -1) | (seg[:, None, :] == seg[:, :, None])
     pad = seg == -2
     mask = (causal & same & ~pad[:, None, :]) | (pad[:, :, None] & (at[:, None, :] == at[:, :, None]))
-    lin = {} if tape is None else {"linear": _replay(tape, plen, at, in_prompt, flat, t, live, fed, k)}
-    hidden, _ = lean_layers(model, ids, pos, mask[:, None], **lin)
+    hidden, _ = lean_layers(model, ids, pos, mask[:, None])
     # logit t of row r comes from the token before it: the prompt's last for t = 0, completion token t-1 after
     src = torch.where(t == 0, plen[row_seq][:, None] - 1, slot - 1)
     src = torch.where((t == 0) | (t - 1 < fed[:, None]), src, plen[row_seq][:, None] - 1)  # unscored: any finite
     x = hidden.reshape(N * S, -1)[row_seq[:, None] * S + src]
-    return lean_head(model, x, **lin) if head else rms_norm(x, model.model.norm)
-
-
-def _replay(tape: TapeRows, plen: torch.Tensor, at: torch.Tensor, in_prompt: torch.Tensor, flat: torch.Tensor,
-            t: torch.Tensor, live: torch.Tensor, fed: torch.Tensor, k: int) -> TapeReplay:
-    """The tape rows of packed_completion_logits's slots (N, S) and of its head positions (B, Lc): a prompt slot
-    is its prompt's prefill column, completion token t of a row its decode step t; logit t is the prefill's last
-    (t = 0) or decode step t - 1's. Padding and unscored positions take a valid row (finite, never read)."""
-    tp, rows = tape.tape, tape.rows.to(at.device)
-    W, P, B = tp.width, tp.prompts, tp.rows
-    prow = rows // tp.n  # each batch row's prompt on the tape
-    index = torch.where(in_prompt, prow[::k, None] * W + (W - plen[:, None] + at), 0)  # a sequence's prompt: its first row's
-    decode = P * W + t * B + rows[:, None]
-    index = index.reshape(-1).index_put((flat,), decode[live]).view(at.shape)
-    head = torch.where(t == 0, prow[:, None], P + (t - 1) * B + rows[:, None])
-    head = torch.where((t == 0) | (t - 1 < fed[:, None]), head, prow[:, None])
-    return TapeReplay(tp, index, head)
+    return lean_head(model, x) if head else rms_norm(x, model.model.norm)
 
 
 # ---------------------------------------------------------------------------------------------- the door
@@ -270,42 +238,18 @@ class PolicyLogps:
     def __call__(self, model, ro: Rollout, rows: slice | torch.Tensor, want_entropy: bool = False,
                  entropy_grad: bool = False) -> TokenLogps:
         """Logprobs of the rows `rows` selects (a slice, or an index tensor of whole groups); entropies when
-        wanted, with a gradient only for an entropy bonus. Rows on the rollout's tape replay its linear outputs."""
-        taped = self.taped(model, ro, rows)
-        if taped is None:
-            return self._run(model, ro, rows, self.group_size, None, want_entropy, entropy_grad)
-        if bool(taped.all()):
-            return self._run(model, ro, rows, self.group_size, TapeRows(ro.tape, ro.tape_rows[rows]), want_entropy,
-                             entropy_grad)
-        # some rows are not on the tape (put back by success replay): they run the usual pass; neither part is
-        # whole groups, so neither shares prompts
-        idx = torch.arange(ro.completion_ids.shape[0])[rows]
-        on, off = taped.nonzero().squeeze(1), (~taped).nonzero().squeeze(1)
-        a = self._run(model, ro, idx[on], None, TapeRows(ro.tape, ro.tape_rows[idx[on]]), want_entropy, entropy_grad)
-        b = self._run(model, ro, idx[off], None, None, want_entropy, entropy_grad)
-        back = torch.argsort(torch.cat([on, off]))  # the rows in `rows`' order again
-        ent = torch.cat([a.entropies, b.entropies])[back] if a.entropies is not None and b.entropies is not None else None
-        return TokenLogps(torch.cat([a.logps, b.logps])[back], ent)
+        wanted, with a gradient only for an entropy bonus."""
+        return self._run(model, ro, rows, self.group_size, want_entropy, entropy_grad)
 
-    def taped(self, model, ro: Rollout, rows: slice | torch.Tensor) -> torch.Tensor | None:
-        """Which of the rows may replay the rollout's tape (bool), or None when none may: the tape is there,
-        `model` is the policy it was recorded with and unchanged since, and the lean pass runs."""
-        tape = ro.tape
-        if tape is None or ro.media is not None or self.autocast_dtype is not None or not tape.valid_for(model) \
-                or not lean_supported(model, self.device):
-            return None
-        taped = ro.tape_rows[rows] >= 0
-        return taped if bool(taped.any()) else None
-
-    def _run(self, model, ro: Rollout, rows: slice | torch.Tensor, group: int | None, tape: TapeRows | None,
-             want_entropy: bool, entropy_grad: bool) -> TokenLogps:
+    def _run(self, model, ro: Rollout, rows: slice | torch.Tensor, group: int | None, want_entropy: bool,
+             entropy_grad: bool) -> TokenLogps:
         d = self.device
         p_ids, p_mask = ro.prompt_ids[rows].to(d), ro.prompt_mask[rows].to(d)
         c_ids, c_mask = ro.completion_ids[rows].to(d), ro.completion_mask[rows].to(d)
         media = rows_of(ro.media, rows)
         if chunked_head(model):  # the LM head over slices of the sampled tokens: no [tokens x vocabulary] tensor kept
             with autocast(d, self.autocast_dtype):
-                hidden = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=media, tape=tape, head=False)
+                hidden = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=media, head=False)
                 at = c_mask.bool()
                 lm = model.get_output_embeddings()
                 lp, ent = token_logps(hidden[at], lm.weight, lm.bias, c_ids[at], self.temperature, want_entropy,
@@ -313,7 +257,7 @@ class PolicyLogps:
             logps = hidden.new_zeros(c_ids.shape, dtype=lp.dtype).masked_scatter(at, lp)
             return TokenLogps(logps, None if ent is None else hidden.new_zeros(c_ids.shape, dtype=ent.dtype).masked_scatter(at, ent))
         with autocast(d, self.autocast_dtype):
-            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=media, tape=tape)
+            logits = completion_logits(model, p_ids, p_mask, c_ids, c_mask, group, media=media)
         logits = logits.float() / self.temperature
         logps = grpo.selective_log_softmax(logits, c_ids)
         ent = None

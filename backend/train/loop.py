@@ -89,12 +89,9 @@ class GRPOTrainer:
         self.optimizer = build_optimizer(spec, self.policy)
         self.scheduler = build_scheduler(spec, self.optimizer)
         self.autocast_dtype = compute_dtype(spec)  # bf16 compute over fp32 master weights, or None
-        # the sync hf engine samples with the policy's own float32 weights: its linear outputs are the training
-        # forward's (backend.rollout.tape), kept within this budget (one rank: a replay cannot cross ranks)
-        tape_budget = spec.resources.activation_reuse_mb << 20 if self.ranks.world == 1 else 0
         engine_model = self.ranks.engine_model(self.policy)  # rank 0 samples; under ZeRO-3 with a full copy
         engine = None if engine_model is None else \
-            build_engine(spec, engine_model, self.tokenizer, self.autocast_dtype, base_dir, self.run.path, tape_budget)
+            build_engine(spec, engine_model, self.tokenizer, self.autocast_dtype, base_dir, self.run.path)
         self.ranks.wrap(spec, self.policy, self.optimizer, base_dir)  # DeepSpeed ZeRO (stage >= 1)
         self.sync = EngineSync(spec, self.policy, engine, self.ranks)
         self._closers.append(self.sync.close)
@@ -271,7 +268,7 @@ class GRPOTrainer:
         skip = (self.skip_zero_advantage and mb % G == 0 and not control.enabled and self.ranks.world == 1
                 and a.zero_advantage_skippable)
         ent_sum = ent_tokens = 0.0
-        trained = rows_run = rows_replayed = 0  # micro-batches that ran; completions through the pass, replayed
+        trained = 0  # micro-batches that ran
         t0 = time.time()
         for i in range(0, B, mb):
             sl = slice(i, i + mb)
@@ -279,10 +276,6 @@ class GRPOTrainer:
             if rows is None:
                 continue
             trained += 1
-            if ro.tape is not None:
-                taped = self.logps.taped(self.policy, ro, rows)
-                rows_run += len(ro.tape_rows[rows])
-                rows_replayed += 0 if taped is None else int(taped.sum())
             lp = self.logps(self.policy, ro, rows, want_entropy=True, entropy_grad=control.enabled)
             mask = ro.loss_mask[rows].to(d)
 
@@ -320,9 +313,6 @@ class GRPOTrainer:
         self.scheduler.step()
         if a.beta == 0:
             acc.pop("kl")
-        if ro.tape is not None:  # valid for this update only (the weights just changed): free it
-            acc["activation_reuse/replayed"] = rows_replayed / rows_run if rows_run else 0.0
-            ro.tape = ro.tape_rows = None
         if clock is not None:
             t2 = time.time()
             clock.train_s, clock.forward_backward_s, clock.optimizer_s = t2 - t0, t1 - t0, t2 - t1

@@ -2,7 +2,7 @@
 
     make(index, policy_version):
         take prompts_per_step rows from the sampler, render each prompt once (cached)
-        the engine samples G completions per prompt (its activation tape, if it recorded one, rides along)
+        the engine samples G completions per prompt
         the scorer scores every completion with every reward function
         filters, in order: skip-solved bookkeeping and success replay (replay.py) per group; DAPO dynamic
         sampling (resample prompts until prompts_per_step groups carry signal, or the retries run out)
@@ -85,7 +85,6 @@ class RolloutBuilder:
         t0 = time.time()
         inputs = [PromptInput(p.ids, p.media or {}, raw_media=p.raw_media) for p in prompts]
         groups = self.engine.generate(inputs, self._sampling(index, attempt))
-        tape = self.engine.take_tape()
         t1 = time.time()
         matrix = self.scorer.score([p.text for p in prompts for _ in range(G)], [c.text for g in groups for c in g],
                                    [self.rows[i] for i in row_ids for _ in range(G)],
@@ -94,7 +93,7 @@ class RolloutBuilder:
         for t in self.engine.last_timings():  # per-instance time: a slow or overloaded worker shows up
             _add(timings, f"timing/rollout_worker/{t.name}_s", t.seconds)
         _add(timings, "reward_s", time.time() - t1)
-        scored = [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G], tape=tape)
+        scored = [ScoredGroup(i, prompts[k], g, matrix[k * G:(k + 1) * G])
                   for k, (i, g) in enumerate(zip(row_ids, groups))]
         skip = self.spec.algorithm.skip_solved_prompts
         for group in scored if skip or self.replay is not None else []:
@@ -174,11 +173,6 @@ class RolloutBuilder:
         ro = Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
                      adv, metrics, report.sample_rows(scored, self.rows, spec.data),
                      media=media if any(x is not None for x in media) else None)
-        tapes = {id(g.tape): g.tape for g in groups if g.tape is not None}
-        if tapes:  # dynamic sampling's retries: the tape of the most groups (the others' rows train as usual)
-            ro.tape = max(tapes.values(), key=lambda tp: sum(g.tape is tp for g in groups))
-            ro.tape_rows = torch.tensor([ro.tape.row(c) if g.tape is ro.tape else -1
-                                         for g in groups for c in g.completions])
         return ro
 
     def state_dict(self) -> dict[str, Any]:
