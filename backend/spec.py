@@ -104,7 +104,10 @@ class ModelSection(Section):
         "float32", description="Weights and compute dtype. bfloat16 with full fine-tuning keeps fp32 master weights "
                                "under bf16 autocast: fast on GPUs, and on CPUs with AVX512-BF16 or AMX at large "
                                "batches (small ones: float32 is faster).",
-        json_schema_extra=_ui("dtype", "数据类型", "权重与计算的精度。CPU 上用 float32（此处无原生 bf16）。"))
+        json_schema_extra=_ui("dtype", "数据类型",
+                              "权重与计算的精度。全参数微调时 bfloat16 保留 fp32 主权重、在 bf16 autocast 下计算："
+                              "在 GPU 上快，在支持 AVX512-BF16 或 AMX 的 CPU 上大批次时也快"
+                              "（小批次时 float32 更快）。"))
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in backward to save memory.",
         json_schema_extra=_ui("Gradient checkpointing", "梯度检查点",
@@ -195,7 +198,8 @@ class RolloutSection(Section):
                                 "separate: engine runs in its own rollout worker process(es), on its own rollout GPUs "
                                 "(on CPU: its own process and cores).",
         json_schema_extra=_ui("Placement", "部署方式",
-                              "colocate：引擎与训练共用设备（训练时休眠）；separate：引擎运行在独立的采样 GPU 上。"))
+                              "colocate：引擎与训练共用设备（训练时休眠）；separate：引擎运行在独立的采样进程中，"
+                              "使用独立的采样 GPU（CPU 上：独立的进程和核心）。"))
     num_generations: int = Field(
         8, ge=2, le=1024, description="Completions per prompt (the group size G).",
         json_schema_extra=_ui("Generations per prompt (G)", "每个提示的生成数（G）",
@@ -267,7 +271,7 @@ class RolloutSection(Section):
                             "CPU) broadcasting buckets; auto: collective when trainer and workers are on GPUs, file on "
                             "CPU. In-process engines take the weights directly.",
         json_schema_extra=_ui("Weight sync", "权重同步方式",
-                              "每次更新后新权重如何送到采样进程。file：共享内存中的一个 safetensors 文件"
+                              "每次更新后新权重如何送到采样进程。file：本地采样进程保持映射并从中复制的一个共享内存文件"
                               "（对按地址连接的进程则随请求发送字节）；collective：训练器与采样进程组成进程组"
                               "（GPU 上 NCCL，CPU 上 gloo）分桶广播；auto：训练和采样都在 GPU 上时用 collective，"
                               "CPU 上用 file。训练进程内的引擎直接取权重。", advanced=True))
