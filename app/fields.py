@@ -36,7 +36,7 @@ def bounds_text(doc: FieldDoc) -> str:
 
 
 def field_info(doc: FieldDoc, lang: str) -> str:
-    return field_help(doc.path, doc.help, lang) + (bounds_text(doc) if doc.kind in ("int", "float") else "")
+    return field_help(doc, lang) + (bounds_text(doc) if doc.kind in ("int", "float") else "")
 
 
 def make_field(doc: FieldDoc, w: Any, lang: str = "en") -> gr.components.Component:
@@ -44,7 +44,7 @@ def make_field(doc: FieldDoc, w: Any, lang: str = "en") -> gr.components.Compone
 
     Bounds are shown, not enforced by the widget: out-of-range values must reach validation so the message
     appears next to the field instead of as an error popup."""
-    common = {"label": field_label(doc.path, lang), "elem_id": elem_id(doc.path), "elem_classes": ["gs-field"]}
+    common = {"label": field_label(doc, lang), "elem_id": elem_id(doc.path), "elem_classes": ["gs-field"]}
     k = doc.kind
     if k == "bool":
         return gr.Checkbox(value=bool(w), info=field_info(doc, lang), **common)
@@ -139,11 +139,11 @@ def section_fields(section: str, form: FormUI, reg: Registry, values: dict[str, 
         form.comps[d.path] = comp
         doc = field_doc(d.path)
         if d.kind == "rewards":  # a table has no info line: its help and messages go in a line below it
-            reg.add(comp, lambda lg, p=d.path: {"label": field_label(p, lg)})
+            reg.add(comp, lambda lg, doc=doc: {"label": field_label(doc, lg)})
             note = gr.Markdown(field_info(doc, lang), elem_id=elem_id(d.path) + "-note", elem_classes=["gs-note"])
             form.extras.setdefault("notes", {})[d.path] = note
         else:
-            reg.add(comp, lambda lg, doc=doc: {"label": field_label(doc.path, lg), "info": field_info(doc, lg)})
+            reg.add(comp, lambda lg, doc=doc: {"label": field_label(doc, lg), "info": field_info(doc, lg)})
 
     place([d for d in docs if not d.advanced])
     adv = [d for d in docs if d.advanced]

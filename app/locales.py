@@ -1,13 +1,16 @@
 """Every string the studio shows, in English and Chinese.
 
-UI strings live in `UI`; form fields take their English help from RunSpec (one source of truth)
-and their labels and Chinese help from `FIELDS`. `t()` falls back to English, and the tests check
-that nothing is missing.
+UI strings live in `UI`; form fields take their labels and help, English and Chinese, from RunSpec,
+where each is declared beside its English (`backend.spec._ui`, handed out by `iter_fields`).
+`t()` falls back to English, and the tests check that nothing is missing.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from backend.spec import FieldDoc
 
 LANGS = ("en", "zh")
 LANG_NAMES = {"en": "English", "zh": "中文"}
@@ -260,188 +263,24 @@ UI: dict[str, dict[str, str]] = {
     "outside": {"en": "{path} is outside the workspace.", "zh": "{path} 不在工作区内。"},
 }
 
-# 'section.field' -> (English label, Chinese label, Chinese help). English help comes from RunSpec.
-FIELDS: dict[str, tuple[str, str, str]] = {
-    "model.name_or_path": ("Model (path or hub id)", "模型（路径或 Hub ID）", "本地模型目录或 Hub ID（组织/名称）。"),
-    "model.finetune": ("Fine-tuning", "微调方式", "训练全部权重，或训练 LoRA 适配器（peft）。"),
-    "model.lora_rank": ("LoRA rank", "LoRA 秩", "LoRA 的秩 r。"),
-    "model.lora_alpha": ("LoRA alpha", "LoRA alpha", "LoRA alpha（缩放 = alpha / r）。"),
-    "model.lora_dropout": ("LoRA dropout", "LoRA dropout", "LoRA 分支上的 dropout。"),
-    "model.lora_targets": ("LoRA target modules", "LoRA 目标模块", "LoRA 包装的模块名；'all-linear' = 除输出头外的所有线性层。"),
-    "model.dtype": ("dtype", "数据类型", "权重与计算的精度。CPU 上用 float32（此处无原生 bf16）。"),
-    "model.gradient_checkpointing": ("Gradient checkpointing", "梯度检查点", "反向传播时重新计算激活以节省显存。"),
-    "model.trust_remote_code": ("Trust remote code", "信任远程代码", "允许运行模型目录中的代码。"),
-    "data.sources": ("Training data", "训练数据",
-                     "训练数据：JSONL、JSON、CSV 或 Parquet 文件，已保存的 datasets 目录或 Hub 数据集 ID，"
-                     "可带样本数（'train.jsonl#1800'）；按随机种子混合。"),
-    "data.prompt_column": ("Prompt column", "提示列", "提示所在的列：字符串或对话消息列表。"),
-    "data.solution_column": ("Solution column", "答案列", "参考答案所在的列，以 'solution' 传给奖励函数。"),
-    "data.images_column": ("Images column", "图片列", "多模态模型的图片路径列（'' = 无）。"),
-    "data.videos_column": ("Videos column", "视频列", "视觉语言模型的视频列：动图 GIF/WebP，或帧图片列表（'' = 无）。"),
-    "data.max_video_frames": ("Max video frames", "视频最多帧数", "每个视频最多取这么多帧：更长的视频从首帧到末帧均匀抽取（0 = 全部帧）。"),
-    "data.audios_column": ("Audios column", "音频列", "处理器能接收音频的模型的 WAV 音频列（'' = 无）。"),
-    "data.prompt_template": ("Prompt template", "提示模板",
-                             "用列拼出提示，例如 'Make {target} from {nums}.'（'' = 使用提示列）。"),
-    "data.system_prompt": ("System prompt", "系统提示", "加在每个提示前的系统消息（'' = 无）。"),
-    "data.chat_template": ("Chat template", "对话模板", "是否应用分词器的对话模板：auto = 分词器有模板时应用。"),
-    "data.limit": ("Row limit", "行数上限", "混合后最多使用这么多训练行（0 = 全部）。"),
-    "data.eval_sources": ("Evaluation data", "评估数据", "用于评估的留出数据，格式同训练数据。"),
-    "rewards.functions": ("Reward functions", "奖励函数", "奖励函数，按权重加总。"),
-    "rewards.plugins": ("Plugin files", "插件文件", "其中的奖励函数可在上表按名称使用的 Python 文件。"),
-    "rewards.on_error": ("On reward error", "奖励出错时", "奖励函数报错或超时时：让训练失败，或将该批次记为 None。"),
-    "rewards.timeout_s": ("Reward timeout (s)", "奖励超时（秒）", "单个奖励函数每批次的超时时间（秒）。"),
-    "rollout.engine": ("Engine", "推理引擎", "采样引擎：hf（transformers，CPU 或 GPU）、vllm、lmdeploy（GPU）。"),
-    "rollout.placement": ("Placement", "部署方式",
-                          "colocate：引擎与训练共用设备（训练时休眠）；separate：引擎运行在独立的采样 GPU 上。"),
-    "rollout.num_generations": ("Generations per prompt (G)", "每个提示的生成数（G）", "每个提示生成的回答数（组大小 G）。"),
-    "rollout.temperature": ("Temperature", "温度", "采样温度。"),
-    "rollout.top_p": ("top_p", "top_p", "核采样：保留累计概率达到该值的最小 token 集合。"),
-    "rollout.top_k": ("top_k", "top_k", "只保留概率最高的 k 个 token（0 = 关闭）。"),
-    "rollout.max_completion_length": ("Max completion tokens", "最大生成长度", "每个回答最多生成的 token 数。"),
-    "rollout.async_generation": ("Async generation", "异步生成",
-        "训练本批时用引擎已有的最新权重提前采样后续批次（最多偏离策略"
-        " max_staleness 次更新）。"),
-    "rollout.gpu_memory_utilization": ("GPU memory fraction", "显存占用比例", "引擎可占用的显存比例。"),
-    "rollout.tensor_parallel_size": ("Tensor parallel size", "张量并行数", "每个引擎实例使用的 GPU 数（张量并行）。"),
-    "rollout.data_parallel_size": ("Engine instances (DP)", "引擎实例数（数据并行）", "并行采样的引擎实例数。"),
-    "rollout.sleep": ("Sleep while training", "训练时休眠", "共置的引擎在训练更新期间释放显存。"),
-    "rollout.lmdeploy_backend": ("LMDeploy backend", "LMDeploy 后端", "LMDeploy 引擎后端。"),
-    "rollout.max_staleness": ("Max staleness", "最大陈旧度", "异步时，采样一批到用它训练之间最多相隔的策略更新次数（1 = 偏离策略一步）。"),
-    "rollout.worker_urls": ("Worker URLs", "采样进程地址",
-        "手动启动的采样进程的 host:port（python -m backend.rollout.worker）；"
-        "空 = 由训练器启动。密钥取自 GRPO_WORKER_AUTHKEY。"),
-    "rollout.worker_python": ("Worker Python", "采样进程 Python",
-        "采样进程使用的 Python 解释器，例如 LMDeploy 或"
-        " vLLM 环境的 bin/python（空 = 与训练器相同）。"),
-    "rollout.worker_threads": ("Worker threads", "采样进程线程数", "CPU 上每个采样进程的 torch 线程数。"),
-    "rollout.worker_timeout_s": ("Worker timeout (s)", "采样进程超时（秒）",
-        "采样进程单次请求超过此时间即视为卡死："
-        "运行失败并给出该进程的名字。"),
-    "rollout.weight_sync": ("Weight sync", "权重同步方式",
-        "每次更新后新权重如何送到采样进程。file：共享内存中的一个 safetensors 文件（对按地址连接的进程则随请求发送字节）；"
-        "collective：训练器与采样进程组成进程组（GPU 上 NCCL，CPU 上 gloo）分桶广播；auto：训练和采样都在 GPU 上时用 "
-        "collective，CPU 上用 file。训练进程内的引擎直接取权重。"),
-    "rollout.weight_sync_bucket_mb": ("Weight sync bucket (MB)", "权重同步分桶（MB）",
-        "collective 权重同步的分桶大小（MB），每桶一次广播；越大调用越少、占用内存越多。"),
-    "rollout.vllm_importance_sampling_correction": ("Importance sampling correction", "重要性采样校正",
-        "截断重要性采样：按 训练策略/采样策略 的概率比加权损失，"
-        "校正引擎与训练器的差异和异步陈旧度（TRL 的名字，适用于所有引擎）。"),
-    "rollout.vllm_importance_sampling_mode": ("Importance sampling mode", "重要性采样方式",
-        "按 token 或按序列计算比值；truncate"
-        " = 在上限处截断，mask = 超过上限置零。"),
-    "rollout.vllm_importance_sampling_clip_max": ("Importance sampling cap", "重要性采样上限", "重要性采样比值的上限 C。"),
-    "resources.device": ("Device", "设备", "训练设备；auto = 有 CUDA 就用 GPU，否则用 CPU。"),
-    "resources.train_gpus": ("Training GPUs", "训练 GPU", "用于训练的 GPU 编号，每个一个进程（空 = 一个 GPU，或 CPU）。"),
-    "resources.rollout_gpus": ("Rollout GPUs", "采样 GPU", "placement 为 separate 时采样引擎使用的 GPU 编号。"),
-    "resources.deepspeed_stage": ("DeepSpeed ZeRO stage", "DeepSpeed ZeRO 阶段",
-                                  "DeepSpeed ZeRO 阶段：0 = 纯 PyTorch（torch.distributed），"
-                                  "1/2 = 切分优化器状态（和梯度），3 = 参数也切分。"),
-    "resources.offload": ("Offload optimizer", "优化器卸载", "将优化器状态卸载到 CPU 内存（DeepSpeed，阶段 >= 1）。"),
-    "resources.nproc_per_node": ("Ranks per node", "每节点进程数",
-                                 "每个节点上的训练进程（rank）数（0 = 每个训练 GPU 一个，至少 1）。CPU 上 >1 时用 gloo 后端数据并行。"),
-    "resources.nnodes": ("Nodes", "节点数", "运行训练进程的节点数（torchrun --nnodes）。"),
-    "resources.node_rank": ("Node rank", "节点序号", "本节点在所有节点中的序号（0 号节点写运行目录）。"),
-    "resources.master_addr": ("Master address", "主节点地址", "0 号节点的地址，各进程在此会合（torchrun --master_addr）。"),
-    "resources.master_port": ("Master port", "主节点端口", "0 号节点上用于会合的端口（0 = 自动选空闲端口；多节点时请指定）。"),
-    "resources.offload_params": ("Offload parameters", "参数卸载", "将参数卸载到 CPU 内存（DeepSpeed ZeRO-3）。"),
-    "resources.deepspeed_config": ("DeepSpeed config override", "DeepSpeed 配置覆盖",
-                                   "合并到自动生成配置之上的 DeepSpeed JSON 文件（其中的键优先；批大小仍由训练器决定）。"),
-    "resources.num_threads": ("CPU threads", "CPU 线程数", "torch 使用的 CPU 线程数（0 = torch 默认）。"),
-    "resources.activation_reuse_mb": ("Activation reuse memory (MB)", "激活复用内存（MB）",
-                                      "保存采样时各线性层输出所用的内存（MB），训练前向直接复用它们，"
-                                      "省去前向矩阵乘法（约占训练 FLOPs 的三分之一）。适用于同步 hf 引擎直接使用策略的 "
-                                      "float32 权重、每批的第一次更新；超出的批次照常训练。0 = 关闭。"),
-    "algorithm.loss_type": ("Loss type", "损失类型",
-                            "目标与聚合方式：grpo = 先按序列平均再跨序列平均；bnpo = 对微批次全部 token 平均；"
-                            "dr_grpo = token 求和 / (序列数 × 最大生成长度)；dapo = 对整个累积批次的 token 平均；"
-                            "cispo = 截断并停止梯度的重要性权重 × 优势 × 对数概率，按批次 token 平均（MiniMax-M1，上限为 "
-                            "epsilon_high）；sapo = 用平滑的 sigmoid 门控代替硬裁剪（SAPO）；luspo = 每个序列 token "
-                            "求和后跨序列平均，配合序列级重要性采样（LUSPO）。"),
-    "algorithm.beta": ("KL coefficient (beta)", "KL 系数（beta）", "相对参考模型的 KL 系数（0 = 不加载参考模型）。"),
-    "algorithm.use_bias_correction_kl": ("Bias-corrected KL", "KL 偏差校正",
-                                         "将 k3 KL 项乘以重要性比率，得到无偏的反向 KL 梯度（DeepSeek-V3.2）；仅在 beta > 0 时有效。"),
-    "algorithm.epsilon": ("Clip epsilon", "裁剪 epsilon", "比率的下裁剪范围：1 - epsilon。"),
-    "algorithm.epsilon_high": ("Clip epsilon high", "上裁剪 epsilon_high",
-                               "上裁剪范围：1 + epsilon_high（0 = 与 epsilon 相同；DAPO 用 0.28）。"
-                               "loss_type 为 cispo 时它就是重要性权重的上限本身（ScaleRL：5.0）。"),
-    "algorithm.delta": ("Two-sided clip (delta)", "双侧裁剪（delta）",
-                        "双侧裁剪（INTELLECT-2）：把未裁剪的比率项限制在 delta 以内，须大于 1 + epsilon_high，例如 4（0 = 关闭）。"),
-    "algorithm.sapo_temperature_pos": ("SAPO temperature (A > 0)", "SAPO 温度（正优势）", "正优势 token 的 SAPO 门控温度。"),
-    "algorithm.sapo_temperature_neg": ("SAPO temperature (A <= 0)", "SAPO 温度（非正优势）",
-                                       "非正优势 token 的 SAPO 门控温度（论文建议略高于正优势温度）。"),
-    "algorithm.num_iterations": ("Updates per batch (mu)", "每批更新次数（mu）", "每个采样批次做的优化步数（论文中的 mu）。"),
-    "algorithm.scale_rewards": ("Scale rewards", "奖励缩放", "用组内、批内奖励标准差归一化优势，或不归一化（Dr. GRPO）。"),
-    "algorithm.importance_sampling_level": ("Importance sampling level", "重要性采样粒度",
-                                            "按 token 计算比率（GRPO），或每个序列一个比率，即平均对数比（GSPO）。"),
-    "algorithm.mask_truncated_completions": ("Mask truncated completions", "屏蔽被截断的回答", "将达到最大长度的回答排除在损失之外。"),
-    "algorithm.off_policy_mask_threshold": ("Off-policy mask threshold", "离策略序列屏蔽阈值",
-                                            "离策略序列屏蔽（DeepSeek-V3.2）：优势为负且与采样策略的平均逐 token "
-                                            "log 概率差超过该值的回答不参与损失；有引擎采样对数概率时用之，例如 0.5（0 = 关闭）。"),
-    "algorithm.top_entropy_quantile": ("Top-entropy token fraction", "高熵 token 比例",
-                                       "只在熵最高的这部分 token（分叉 token）上训练（80/20 规则：0.2；1 = 全部 token）。"),
-    "algorithm.entropy_coef": ("Entropy bonus", "熵奖励系数",
-                               "熵奖励：从损失中减去 系数 × 平均 token 熵，对所有损失类型含义相同（0 = 关闭；自适应时为初始值）。"),
-    "algorithm.use_adaptive_entropy": ("Adaptive entropy control", "自适应熵控制",
-                                       "自适应熵控制（Skywork-OR1）：仅当熵不高于 entropy_target 时施加熵奖励；"
-                                       "每步熵不高于目标则系数加 entropy_coef_delta，否则减小。"),
-    "algorithm.entropy_target": ("Entropy target", "目标熵", "自适应熵控制的目标平均 token 熵（nats），可设为训练初期记录的熵附近。"),
-    "algorithm.entropy_coef_min": ("Entropy coef min", "熵系数下限", "自适应熵系数的下限。"),
-    "algorithm.entropy_coef_max": ("Entropy coef max", "熵系数上限", "自适应熵系数的上限。"),
-    "algorithm.entropy_coef_delta": ("Entropy coef step", "熵系数步长", "每个优化步自适应熵系数的调整量。"),
-    "algorithm.disable_dropout": ("Disable dropout", "关闭 dropout",
-                                  "关闭策略与参考模型中的 dropout，使首次更新时与采样策略的比率恰为 1，参考模型输出确定。"),
-    "algorithm.dynamic_sampling": ("Dynamic sampling", "动态采样", "丢弃奖励全相同的组并补采更多提示（DAPO）。"),
-    "algorithm.dynamic_sampling_max_retries": ("Dynamic sampling retries", "动态采样重试次数", "为补满批次而额外采样的轮数。"),
-    "algorithm.skip_solved_prompts": ("Skip solved prompts", "跳过已解出的提示",
-                                      "上次整组都答对的提示再次轮到时以此概率跳过（其组多半奖励全同、无优势），"
-                                      "把采样留给仍能学习的提示；全错的提示从不跳过。0 = 关闭。"),
-    "algorithm.advantage_calibration": ("Advantage calibration", "优势校准",
-                                        "优势校准（NGRPO）：每组的奖励均值与标准差计入一个得分为“解出奖励”的虚拟补全，"
-                                        "使全错的组得到负优势、压低其错误答案（普通 GRPO 从中学不到东西）；全部解出的组仍无优势。"),
-    "algorithm.replay_solved": ("Replay solved completions", "重放已解出的补全",
-                                "成功重放：某提示的一组补全都没达到“解出奖励”时，用该提示上次解出的补全替换组内最后一个，"
-                                "使策略已偏离的提示仍有一个正优势的正确答案（同 ExGRPO、RLEP 的做法）。"
-                                "该补全是离策略的：保留采样它的策略的 logprob。"),
-    "algorithm.solved_reward": ("Solved reward", "解出奖励",
-                                "补全的（加权）奖励达到此值即算解出（最高分，0/1 正确性奖励为 1.0），"
-                                "供“跳过已解出的提示”“重放已解出的补全”与“优势校准”使用。"),
-    "algorithm.learning_rate": ("Learning rate", "学习率", "峰值学习率（AdamW）。"),
-    "algorithm.lr_scheduler": ("LR schedule", "学习率调度", "预热之后的学习率调度方式。"),
-    "algorithm.warmup_steps": ("Warmup steps", "预热步数", "线性预热的步数。"),
-    "algorithm.weight_decay": ("Weight decay", "权重衰减", "AdamW 权重衰减。"),
-    "algorithm.max_grad_norm": ("Max grad norm", "最大梯度范数", "梯度裁剪范数（0 = 关闭）。"),
-    "algorithm.prompts_per_step": ("Prompts per step", "每步提示数", "每个优化步使用的提示数；每个提示生成 num_generations 个回答。"),
-    "algorithm.gradient_accumulation_steps": ("Gradient accumulation", "梯度累积", "每个优化步的微批次数。"),
-    "algorithm.max_steps": ("Max steps", "最大步数", "训练的优化步数。"),
-    "algorithm.seed": ("Seed", "随机种子", "数据顺序、采样和初始化的随机种子。"),
-    "output.runs_dir": ("Runs folder", "运行目录", "存放运行目录的文件夹。"),
-    "output.run_name": ("Run name", "运行名称", "运行 ID 中的名称（'' = 取自预设或模型）。"),
-    "output.save_steps": ("Save every N steps", "每 N 步保存", "每 N 步保存一次检查点（0 = 仅在结束时）。"),
-    "output.save_total_limit": ("Checkpoints to keep", "保留检查点数", "只保留最新的 N 个检查点（0 = 全部保留）。"),
-    "output.log_samples_steps": ("Log samples every N steps", "每 N 步记录样本", "每 N 步记录全部生成结果（0 = 从不）。"),
-    "output.eval_steps": ("Evaluate every N steps", "每 N 步评估", "每 N 步在评估数据上评估（0 = 从不）。"),
-    "output.report_to": ("Also report to", "同时上报到", "除 metrics.jsonl 外的指标记录目标。"),
-}
-
-
 def t(key: str, lang: str = "en", **fmt: Any) -> str:
     entry = UI.get(key)
     text = key if entry is None else entry.get(lang) or entry["en"]
     return text.format(**fmt) if fmt else text
 
 
-def field_label(path: str, lang: str = "en") -> str:
-    entry = FIELDS.get(path)
-    if entry is None:  # a field added to RunSpec before it got a label here: still shown, by its name
-        return path.split(".")[1].replace("_", " ")
-    return entry[1] if lang == "zh" else entry[0]
+def field_label(doc: FieldDoc, lang: str = "en") -> str:
+    """A field's label (RunSpec's `_ui`): Chinese falls back to English, and a field with none is still shown, by
+    its name."""
+    label = (doc.label_zh if lang == "zh" else "") or doc.label
+    return label or doc.path.split(".")[1].replace("_", " ")
 
 
-def field_help(path: str, default_help: str, lang: str = "en") -> str:
-    """Help text, with the option's name so users of TRL/ms-swift recognise it."""
-    entry = FIELDS.get(path)
-    text = entry[2] if (lang == "zh" and entry) else default_help
-    return f"{text} [{path}]"
+def field_help(doc: FieldDoc, lang: str = "en") -> str:
+    """Help text (RunSpec's description, or its Chinese beside it), with the option's name so users of
+    TRL/ms-swift recognise it."""
+    text = (doc.help_zh if lang == "zh" else "") or doc.help
+    return f"{text} [{doc.path}]"
 
 
 def state_label(state: str, lang: str = "en") -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from app.form import (
     validate_values,
     values_to_spec,
 )
-from app.locales import FIELDS, UI, field_help
+from app.locales import UI, field_help, field_label
 from app.paths import Workspace
 from backend.spec import RunSpec, iter_fields, load_spec
 
@@ -126,11 +127,29 @@ def test_validation_messages_name_the_field(changes, field, words):
     assert any(words in m for m in v.by_field[field]), v.by_field[field]
 
 
-def test_locales_cover_every_field_and_string():
-    missing = [f.path for f in iter_fields() if f.path not in FIELDS]
-    assert not missing, f"add labels/zh help for {missing} in app/locales.py"
+def test_locales_cover_every_string():
     for key, entry in UI.items():
         assert entry.get("en") and entry.get("zh"), key
-    for f in iter_fields():
-        assert FIELDS[f.path][2] and FIELDS[f.path][2] != f.help  # translated, not copied
-        assert f.path in field_help(f.path, f.help, "zh")  # the option's name is always shown
+
+
+def _chinese(text: str) -> bool:
+    return any("\u4e00" <= c <= "\u9fff" for c in text)
+
+
+def test_every_field_has_its_labels_and_chinese_help_beside_its_english():
+    docs = iter_fields()
+    missing = [f.path for f in docs if not (f.label and f.label_zh and f.help_zh)]
+    assert not missing, f"give {missing} json_schema_extra=_ui(label, label_zh, help_zh) in backend/spec.py"
+    copied = [f.path for f in docs if f.help_zh == f.help or not _chinese(f.help_zh)]
+    assert not copied, f"help_zh of {copied} is not a translation"
+    for f in docs:
+        assert (field_label(f, "en"), field_label(f, "zh")) == (f.label, f.label_zh)
+        assert field_help(f, "en") == f"{f.help} [{f.path}]"
+        assert field_help(f, "zh") == f"{f.help_zh} [{f.path}]"  # the option's name is always shown
+
+
+def test_a_field_without_studio_text_is_shown_by_its_name_and_english_help():
+    doc = dataclasses.replace(field_doc("algorithm.max_steps"), label="", label_zh="", help_zh="")
+    assert field_label(doc, "en") == field_label(doc, "zh") == "max steps"
+    assert field_help(doc, "zh") == f"{doc.help} [algorithm.max_steps]"
+    assert field_label(dataclasses.replace(doc, label="Max steps"), "zh") == "Max steps"  # zh falls back to en
