@@ -16,6 +16,7 @@ the loss math read.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -357,16 +358,6 @@ class ResourcesSection(Section):
         0, ge=0, le=1024, description="CPU threads for torch (0 = torch's default).",
         json_schema_extra=_ui("CPU threads", "CPU 线程数",
                               "torch 使用的 CPU 线程数（0 = torch 默认）。", advanced=True))
-    activation_reuse_mb: int = Field(
-        1024, ge=0, le=1 << 20, description="Memory (MB) for keeping the rollout's linear-layer outputs, so the "
-                                            "training pass replays them instead of recomputing its forward matrix "
-                                            "products (about a third of a step's training FLOPs). Applies to the sync "
-                                            "hf engine on the policy's own float32 weights, on the first update of "
-                                            "each batch; a rollout that needs more is trained the usual way. 0 = off.",
-        json_schema_extra=_ui("Activation reuse memory (MB)", "激活复用内存（MB）",
-                              "保存采样时各线性层输出所用的内存（MB），训练前向直接复用它们，省去前向矩阵乘法"
-                              "（约占训练 FLOPs 的三分之一）。适用于同步 hf 引擎直接使用策略的 float32 权重、"
-                              "每批的第一次更新；超出的批次照常训练。0 = 关闭。", advanced=True))
 
     @property
     def ranks_per_node(self) -> int:
@@ -685,9 +676,27 @@ def _pydantic_issues(err: ValidationError) -> list[SpecIssue]:
 
 # ----------------------------------------------------------------------------- load / save / overrides
 
+# options that were removed: a spec that still sets one (an older run's spec.yaml, a saved config) loads without
+# it, with a warning that says why, instead of failing on an unknown field
+RETIRED: dict[str, str] = {
+    "resources.activation_reuse_mb": "the activation tape was removed: it paid under 10% (bench/RESULTS.md)",
+}
+
+
+def drop_retired(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` without the RETIRED options it sets (a shallow copy; each dropped key warned once per call)."""
+    out = dict(data)
+    for path, why in RETIRED.items():
+        section, name = path.split(".")
+        if isinstance(out.get(section), dict) and name in out[section]:
+            out[section] = {k: v for k, v in out[section].items() if k != name}
+            warnings.warn(f"{path} is ignored: {why}", stacklevel=3)
+    return out
+
+
 def spec_from_dict(data: dict[str, Any] | None) -> RunSpec:
     try:
-        return RunSpec.model_validate(data or {})
+        return RunSpec.model_validate(drop_retired(data or {}))
     except ValidationError as err:
         raise SpecError(_pydantic_issues(err)) from None
 
@@ -722,6 +731,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         section, name = parts
         if section not in SECTIONS:
             issues.append(SpecIssue(key, f"unknown section {section!r} (sections: {', '.join(SECTIONS)})"))
+            continue
+        if key.strip() in RETIRED:
+            warnings.warn(f"{key.strip()} is ignored: {RETIRED[key.strip()]}", stacklevel=3)
             continue
         if name not in RunSpec.model_fields[section].annotation.model_fields:  # type: ignore[union-attr]
             issues.append(SpecIssue(key, "unknown option"))

@@ -179,3 +179,19 @@ def test_objective_cross_field_rules_name_the_field(overrides, field, words) -> 
 ])
 def test_objective_options_that_fit_together_pass(overrides) -> None:
     assert check_spec(load_spec(ROOT / "presets/tiny-cpu.yaml", overrides), ROOT) == []
+
+
+def test_a_retired_option_loads_with_a_warning_saying_why(tmp_path: Path) -> None:
+    """An older run's spec.yaml that still sets a removed option (resources.activation_reuse_mb) loads."""
+    from backend.spec import RETIRED
+
+    old = tmp_path / "spec.yaml"
+    old.write_text("resources:\n  activation_reuse_mb: 0\n  num_threads: 2\n")
+    with pytest.warns(UserWarning, match=r"resources\.activation_reuse_mb is ignored: the activation tape was removed"):
+        spec = load_spec(old)
+    assert spec.resources.num_threads == 2 and "activation_reuse_mb" not in spec.resources.model_dump()
+    with pytest.warns(UserWarning, match="activation_reuse_mb is ignored"):
+        spec_from_dict(apply_overrides({}, ["resources.activation_reuse_mb=64"]))
+    assert all(p.split(".")[1] not in RunSpec.model_fields[p.split(".")[0]].annotation.model_fields for p in RETIRED)
+    with pytest.raises(SpecError, match="activation_reuse_gb"):  # a misspelt option is still refused
+        spec_from_dict({"resources": {"activation_reuse_gb": 1}})
