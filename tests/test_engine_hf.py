@@ -160,3 +160,27 @@ def test_lean_decode_matches_with_grouped_query_attention(engine: HFEngine) -> N
     for g_lean, g_ref in zip(lean, ref):
         for a, b in zip(g_lean, g_ref):  # float32 rounding: the lean decode's products and attention sum in another order
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_inverse_cdf_draws_exactly_from_the_distribution() -> None:
+    """Each row's draws follow its probabilities (a chi-square bound that a biased sampler fails), zero-probability
+    tokens are never drawn, and a group's draws depend on its own generator only."""
+    from backend.rollout.hf import inverse_cdf
+
+    probs = torch.tensor([[0.5, 0.0, 0.3, 0.2, 0.0], [0.0, 0.1, 0.0, 0.0, 0.9]], dtype=torch.float32)
+    draws = 40_000
+    gens = [torch.Generator().manual_seed(1)]
+    counts = torch.zeros_like(probs)
+    for _ in range(draws // 100):
+        picked = inverse_cdf(probs.repeat_interleave(100, 0), gens, 200)
+        counts.index_put_((torch.arange(2).repeat_interleave(100), picked), torch.ones(200), accumulate=True)
+    assert counts[probs == 0].sum() == 0
+    expected = probs * draws
+    live = probs > 0
+    chi2 = float((((counts - expected) ** 2)[live] / expected[live]).sum())
+    assert chi2 < 20.5, chi2  # 4 degrees of freedom: p < 0.0005 under the exact distribution
+    # a group's tokens do not change when another group's seed or presence changes
+    flat = torch.full((3, 1000), 1e-3)
+    a = inverse_cdf(flat, [torch.Generator().manual_seed(5), torch.Generator().manual_seed(6), None], 1)
+    b = inverse_cdf(flat, [torch.Generator().manual_seed(5), torch.Generator().manual_seed(7), None], 1)
+    assert a[0] == b[0] and inverse_cdf(flat[:1], [torch.Generator().manual_seed(5)], 1)[0] == a[0]
