@@ -540,6 +540,16 @@ class AlgorithmSection(Section):
     gradient_accumulation_steps: int = Field(
         1, ge=1, le=4096, description="Micro-batches per optimizer step.",
         json_schema_extra=_ui("Gradient accumulation", "梯度累积", "每个优化步的微批次数。"))
+    logprob_chunk_tokens: int = Field(
+        0, ge=0, le=1 << 20,
+        description="Tokens per slice of the LM head when computing logprobs and entropies: only a slice's [tokens x "
+                    "vocabulary] logits exist at a time, and the backward recomputes them (one extra head product) "
+                    "instead of keeping them. 0 = sized from the vocabulary (a slice with its softmax and gradient "
+                    "within about 256 MB: 147 tokens at 151,936).",
+        json_schema_extra=_ui("Logprob slice (tokens)", "对数概率分片（token 数）",
+                              "计算对数概率与熵时输出头每片处理的 token 数：同一时刻只存在一片的 [token × 词表] "
+                              "logits，反向时重新计算（多一次输出头乘法）而不保存。0 = 按词表大小自动设定"
+                              "（每片及其 softmax 与梯度约 256 MB：词表 151,936 时为 147 个 token）。", advanced=True))
     max_steps: int = Field(200, ge=1, le=10_000_000, description="Optimizer steps to train.",
                            json_schema_extra=_ui("Max steps", "最大步数", "训练的优化步数。"))
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed for data order, sampling and initialisation.",

@@ -313,3 +313,14 @@ def test_trainer_state_is_safe_to_load_and_old_pickles_are_refused(tmp_path: Pat
     assert proc.returncode == 1
     status = run.read_status()
     assert status["state"] == "failed" and "pickled objects" in status["error"] and "refused" in status["error"]
+
+
+def test_logprob_chunk_tokens_reaches_the_pass_and_changes_no_number(tmp_path: Path) -> None:
+    """algorithm.logprob_chunk_tokens slices the LM head (3 tokens a slice here, one slice by default at the tiny
+    vocabulary): the same run to float rounding."""
+    whole, t0 = train(tmp_path / "a", "algorithm.max_steps=2")
+    sliced, t1 = train(tmp_path / "b", "algorithm.max_steps=2", "algorithm.logprob_chunk_tokens=3")
+    assert (t0.logps.chunk_tokens, t1.logps.chunk_tokens) == (0, 3)
+    for a, b in zip(metrics(whole), metrics(sliced), strict=True):
+        assert a["reward"] == b["reward"]
+        assert b["loss"] == pytest.approx(a["loss"], abs=1e-6) and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
