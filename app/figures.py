@@ -377,6 +377,14 @@ def _gpu_keys(table: MetricTable, what: str) -> list[str]:
     return list(table.keys_like("system/gpu", what))
 
 
+def _peak_series(table: MetricTable) -> list[Series]:
+    """The peak memory of each phase of the step (backend.train.telemetry), dotted beside the RSS at its end."""
+    out = []
+    for prefix, name in (("system/peak_gb/", "peak GB"), ("system/peak_gpu_gb/", "GPU peak GB")):
+        out += [Series(k, f"{name} {k[len(prefix):]}", dash="dot") for k in table.keys_like(prefix)]
+    return out
+
+
 # chart id -> series; titles come from the locale table so they switch language
 def dashboard_series(table: MetricTable) -> dict[str, list[Series]]:
     return {
@@ -396,6 +404,7 @@ def dashboard_series(table: MetricTable) -> dict[str, list[Series]]:
         "throughput": [Series("throughput/completion_tokens_per_s", "completion tokens/s"),
                        Series("staleness", secondary=True)],
         "telemetry": [Series("system/ram_gb", "RAM GB"),
+                      *_peak_series(table),
                       *[Series(k, k.split("/")[1].replace("_mem_gb", " mem GB")) for k in _gpu_keys(table, "_mem_gb")],
                       Series("system/cpu_percent", "CPU %", secondary=True),
                       *[Series(k, k.split("/")[1].replace("_util", " util %"), secondary=True)

@@ -79,19 +79,28 @@ def child(trainer: str, model: Path, tokens: int, steps: int) -> None:
 
     floor = psutil.Process().memory_info().rss + 16 * param_count(model)
     ends: list[float] = []
+    phases: dict[str, float] = {}  # our trainer's per-phase peaks (backend.train.telemetry), GB
     if trainer == "ours":
         from bench.common import run_ours
 
-        run_ours(spec, on_step=lambda t, row: ends.append(time.time()))
+        def on_step(t, row: dict) -> None:
+            ends.append(time.time())
+            for k, v in row.items():
+                if k.startswith("system/peak_gb/"):
+                    phases[k.rsplit("/", 1)[1]] = max(v, phases.get(k.rsplit("/", 1)[1], 0.0))
+
+        run_ours(spec, on_step=on_step)
     else:
         from bench.common import StepClock, trl_trainer
 
         clock = StepClock()
         trl_trainer(spec, [clock]).train()
         ends = clock.times[1:]
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # our trainer resets the high-water mark at each phase (which getrusage reads too): the peak is the largest
+    # phase's, and the parent's polling of the RSS checks it from outside (measure)
+    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, *(gb * GB for gb in phases.values()))
     per_step = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else float("nan")
-    print(json.dumps({"peak": peak, "floor": floor, "s_per_step": per_step}), flush=True)
+    print(json.dumps({"peak": peak, "floor": floor, "s_per_step": per_step, "phases_gb": phases}), flush=True)
 
 
 def measure(trainer: str, model: Path, tokens: int, steps: int, cap: float) -> dict[str, float | str]:
@@ -112,7 +121,8 @@ def measure(trainer: str, model: Path, tokens: int, steps: int, cap: float) -> d
     out = proc.stdout.read().strip().splitlines() if proc.stdout else []
     if proc.returncode != 0 or not out:
         return {"status": f"failed (exit {proc.returncode})"}
-    return {"status": "ok", **json.loads(out[-1])}
+    res = json.loads(out[-1])
+    return {"status": "ok", **res, "peak": max(res["peak"], seen)}  # polled every 0.2 s: a lower bound
 
 
 def main() -> None:
@@ -138,8 +148,10 @@ def main() -> None:
                 r = measure(trainer, model, tokens, args.steps, args.cap_gb * GB)
                 results[tokens, trainer] = r
                 if r["status"] == "ok":
+                    phases = " ".join(f"{k} {v:.2f}" for k, v in r.get("phases_gb", {}).items())
                     print(f"{tokens:>6} {trainer:>7} {r['peak'] / GB:>8.2f} {r['floor'] / GB:>8.2f} "
-                          f"{(r['peak'] - r['floor']) / GB:>8.2f} {r['s_per_step']:>7.2f}  ok", flush=True)
+                          f"{(r['peak'] - r['floor']) / GB:>8.2f} {r['s_per_step']:>7.2f}  ok"
+                          + (f" (peak GB by phase: {phases})" if phases else ""), flush=True)
                 else:
                     print(f"{tokens:>6} {trainer:>7} {'':>8} {'':>8} {'':>8} {'':>7}  {r['status']}", flush=True)
             ours, trl = results.get((tokens, "ours")), results.get((tokens, "trl"))

@@ -193,3 +193,10 @@ def test_policy_chart_draws_each_objectives_own_metrics():
     # a plain GRPO run keeps its chart as it was: no empty traces for metrics it does not log
     names = [tr["name"] for tr in build_dashboard(MetricTable(base), {})["policy"].data]
     assert names == ["entropy", "clip low", "clip high", "clip region"]
+
+
+def test_telemetry_chart_draws_the_peak_of_each_phase():
+    t = MetricTable([{"step": s, "system/ram_gb": 1.0, "system/peak_gb/rollout": 1.5, "system/peak_gb/train": 2.0,
+                      "system/peak_gpu_gb/train": 3.0} for s in (1, 2)])
+    tele = [tr["name"] for tr in build_dashboard(t, {})["telemetry"].data]
+    assert {"peak GB rollout", "peak GB train", "GPU peak GB train", "RAM GB"} <= set(tele)

@@ -154,7 +154,8 @@ class GRPOTrainer:
                     clock = report.StepClock()
                     ro, done = (self.pending.rollout, self.pending.iterations_done) if self.pending else (self._next_rollout(), 0)
                     for it in range(done, min(a.num_iterations, done + a.max_steps - self.step)):
-                        stats = self.optimizer_step(ro, clock)
+                        with self.telemetry.phase("train"):
+                            stats = self.optimizer_step(ro, clock)
                         self.step += 1
                         self.pending = PendingRollout(ro, it + 1) if it + 1 < a.num_iterations else None
                         clock.weight_sync_s = self.queue.after_update(self.step, a.num_iterations - it - 1)
@@ -179,7 +180,8 @@ class GRPOTrainer:
         return final
 
     def _next_rollout(self) -> Rollout:
-        ro = self.queue.next(self.step)
+        with self.telemetry.phase("rollout"):
+            ro = self.queue.next(self.step)
         t0 = time.time()
         self.prepare_logps(ro)
         ro.timings["prep_s"] = time.time() - t0
@@ -221,7 +223,8 @@ class GRPOTrainer:
         correct = r.vllm_importance_sampling_correction and not self.sync.shares_policy
 
         def passes(model) -> torch.Tensor:
-            return torch.cat([self.logps(model, ro, slice(i, i + mb)).logps.cpu() for i in range(0, B, mb)])
+            with self.telemetry.phase("reference"):  # the old-policy and reference passes: one phase
+                return torch.cat([self.logps(model, ro, slice(i, i + mb)).logps.cpu() for i in range(0, B, mb)])
 
         if correct and ro.sampling_logps is None:
             raise RuntimeError(f"importance sampling correction needs per-token logprobs from the {r.engine} engine")

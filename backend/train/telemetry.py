@@ -1,29 +1,88 @@
-"""system/* metrics: process memory and CPU, and per-GPU utilisation and memory where present."""
+"""system/* metrics: process memory and CPU, per-GPU utilisation and memory where present, and the peak memory
+of each phase of a step.
+
+`phase(name)` brackets a phase (rollout, reference: the old and reference logprob passes, train: the optimizer
+step); `sample()` returns `system/peak_gb/<name>` for the phases that ran since the last sample: the process's
+peak resident memory while the phase ran (Linux: the high-water mark is reset at the phase's start through
+/proc/self/clear_refs and read from /proc/self/status), and on GPU the device's peak allocated memory
+(`system/peak_gpu_gb/<name>`). Where the high-water mark cannot be reset the CPU figure is left out rather than
+reported as the process's lifetime peak. An async rollout runs beside training, so its phase figures are those
+of the process while both ran.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
 import psutil
 import torch
+
+GB = 2**30
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's resident-memory high-water mark (Linux); False where it cannot."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss() -> int | None:
+    """This process's resident-memory high-water mark in bytes (VmHWM), or None where unknown."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 class Telemetry:
     def __init__(self) -> None:
         self.proc = psutil.Process()
         self.proc.cpu_percent(None)  # first call primes the counter
+        self.peaks: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Record the peak memory while the body runs as the phase `name` (the module docstring)."""
+        cpu = reset_peak_rss()
+        gpu = torch.cuda.is_available() and torch.cuda.is_initialized()
+        if gpu:
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            yield
+        finally:
+            rss = peak_rss() if cpu else None
+            if rss is not None:
+                self._keep(f"system/peak_gb/{name}", rss / GB)
+            if gpu:
+                self._keep(f"system/peak_gpu_gb/{name}", torch.cuda.max_memory_allocated() / GB)
+
+    def _keep(self, key: str, gb: float) -> None:
+        # a phase that runs twice before a sample (the old-policy and the reference pass) keeps its larger peak
+        self.peaks[key] = max(gb, self.peaks.get(key, 0.0))
 
     def sample(self) -> dict[str, float]:
         out = {
-            "system/ram_gb": self.proc.memory_info().rss / 2**30,
+            "system/ram_gb": self.proc.memory_info().rss / GB,
             "system/cpu_percent": self.proc.cpu_percent(None),
             "system/host_ram_used_percent": psutil.virtual_memory().percent,
         }
         if torch.cuda.is_available():
             for i in range(torch.cuda.device_count()):
                 free, total = torch.cuda.mem_get_info(i)
-                out[f"system/gpu{i}_mem_gb"] = (total - free) / 2**30
+                out[f"system/gpu{i}_mem_gb"] = (total - free) / GB
                 out[f"system/gpu{i}_mem_percent"] = 100 * (total - free) / total
                 try:
                     out[f"system/gpu{i}_util"] = float(torch.cuda.utilization(i))
                 except Exception:  # needs pynvml; memory figures still stand
                     pass
+        out.update(self.peaks)
+        self.peaks = {}
         return out

@@ -1,0 +1,39 @@
+"""Per-phase peak memory (backend.train.telemetry): each phase reports the peak while it ran, not the process's
+lifetime peak, and the trainer's metrics carry the rollout and train phases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from backend.train.telemetry import GB, Telemetry, peak_rss, reset_peak_rss
+
+pytestmark = pytest.mark.skipif(not reset_peak_rss(), reason="needs Linux's /proc/self/clear_refs")
+
+
+def test_a_phase_reports_its_own_peak() -> None:
+    tel = Telemetry()
+    with tel.phase("big"):
+        x = torch.ones(256 << 20 >> 2)  # 256 MB, touched
+        del x
+    with tel.phase("small"):
+        torch.ones(1024).sum()
+    with tel.phase("small"):  # a phase that runs twice keeps its larger peak
+        torch.ones(8).sum()
+    got = tel.sample()
+    big, small = got["system/peak_gb/big"], got["system/peak_gb/small"]
+    assert big - small > 0.2, (big, small)  # the 256 MB are the big phase's, not the later ones'
+    assert small * GB <= (peak_rss() or 0) + 1  # each figure is a high-water mark since its phase began
+    assert "system/peak_gb/big" not in tel.sample()  # reported once, with the step that ran it
+
+
+def test_the_trainer_logs_the_peak_of_each_phase(tmp_path: Path) -> None:
+    from tests.test_trainer import metrics, train
+
+    run, _ = train(tmp_path, "algorithm.max_steps=2", "algorithm.beta=0.04")
+    rows = metrics(run)
+    for r in rows:
+        assert {"system/peak_gb/rollout", "system/peak_gb/reference", "system/peak_gb/train"} <= set(r), r.keys()
+        assert 0 < r["system/peak_gb/rollout"] < 64 and 0 < r["system/peak_gb/train"] < 64
