@@ -571,6 +571,9 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
     if key.endswith("parallel_size") and not key.startswith("vllm_") and str(_first(value)) == "1":
         ctx.done(key)  # no model parallelism: as here
         return True
+    if key == "split_dataset_ratio" and _num(value) == 0:
+        ctx.done(key)  # no held-out split: as here
+        return True
     if key in ("offload_model", "offload_optimizer") and not _bool(value):
         ctx.done(key)
         return True
@@ -1214,7 +1217,12 @@ def import_swift(text: str, base_dir: str | Path | None = None) -> ImportResult:
     for k, v in cmd.env.items():
         if k not in _ENV_KNOWN and k in cmd.exported:
             ctx.res.unmapped.append(Unmapped(f"{k}={v}", "", "an environment variable of the source's stack"))
+    if "rlhf_type" not in ctx.opts:
+        ctx.note("no --rlhf_type: ms-swift would run its default (dpo); read as GRPO here")
     _map_all(ctx, _swift_special)
+    if _bool(ctx.opts.get("use_vllm", False)) and "vllm_mode" not in cmd.opts and (
+            "vllm_server_host" in cmd.opts or "vllm_server_base_url" in cmd.opts):
+        ctx.set("rollout.placement", "separate", "vllm_server_host")  # ms-swift: a server address means server mode
     world = _launch(ctx, cmd.env, cmd.launcher)
     _swift_rewards(ctx)
     return _finish(ctx, world)
@@ -1314,8 +1322,9 @@ def import_trl(text: str | dict[str, Any], base_dir: str | Path | None = None,
                Path(base_dir) if base_dir is not None else None)
     for k, v in opts.items():
         if v is None and k not in _NULL_MEANS:
+            ctx.res.applied.append(k)  # null: "not given", so the source's default below applies
             ctx.note(f"{k}: null read as the source's default")
-            continue  # filled from the defaults below, reported there
+            continue
         ctx.opts[k] = v
     _fill_defaults(ctx)
     _map_all(ctx, _trl_special)

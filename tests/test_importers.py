@@ -363,8 +363,6 @@ def source_options(text: str) -> set[str]:
         return set(python[0])
     cmd = parse_script(text)
     if cmd is not None:
-        if cmd.kind == "trl":
-            return {k for k in cmd.opts if k != "config"}
         return set(cmd.opts)
     import yaml
 
@@ -384,7 +382,6 @@ def test_corpus_imports_apply_or_say_why():
         res.apply()
         ok += 1
         named = set(res.applied) | set(res.defaults) | {u.option.lstrip("-") for u in res.unmapped}
-        named |= {n.split(":")[0] for n in res.notes}  # nulls read as the default
         missing = source_options(text) - named
         assert not missing, f"{path.name}: options neither applied nor reported: {sorted(missing)}"
         assert all(u.reason for u in res.unmapped), path.name
@@ -421,3 +418,15 @@ def test_hand_checked_details():
     r1 = import_any((CORPUS / "open-r1/main__Qwen2.5-1.5B-Instruct__grpo__config_demo.yaml").read_text()).apply()
     assert r1.data.prompt_column == "problem" and r1.data.system_prompt.startswith("You are a helpful AI Assistant")
     assert [f.name for f in r1.rewards.functions] == ["accuracy", "format", "tag_count"]
+
+
+def test_accelerate_config_and_rollout_gpus(tmp_path):
+    (tmp_path / "zero3.yaml").write_text("num_machines: 1\nnum_processes: 8\ndeepspeed_config:\n  zero_stage: 3\n")
+    res = import_any("accelerate launch --config_file zero3.yaml src/open_r1/grpo.py --per_device_train_batch_size 2 "
+                     "--num_generations 8 --dataset_prompt_column problem", base_dir=tmp_path)
+    assert res.values["algorithm.prompts_per_step"] == 2 and res.values["resources.deepspeed_stage"] == 3
+    server = import_any("CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 NPROC_PER_NODE=6 swift rlhf --rlhf_type grpo "
+                        "--use_vllm true --vllm_server_host 127.0.0.1 --per_device_train_batch_size 4 "
+                        "--num_generations 8")
+    assert server.values["rollout.placement"] == "separate"
+    assert server.values["resources.train_gpus"] == [0, 1, 2, 3, 4, 5] and server.values["algorithm.prompts_per_step"] == 3
