@@ -84,6 +84,7 @@ class ImportResult:
 #             (8 GPUs, one for the vLLM server)
 _SWIFT_COMMON: dict[str, Any] = {
     "lora_rank": 8, "lora_alpha": 32, "lora_dropout": 0.05, "target_modules": ["all-linear"],
+    "torch_dtype": "auto",  # None in ms-swift: the model's own dtype
     "beta": 0.04, "lr_scheduler_type": "cosine", "weight_decay": 0.1, "warmup_ratio": 0.0, "max_grad_norm": 1.0,
     "num_generations": 8, "max_completion_length": 512, "temperature": 0.9, "top_k": -1, "top_p": 1.0,
     "epsilon": 0.2, "loss_type": "grpo", "scale_rewards": "group", "num_iterations": 1,
@@ -861,15 +862,19 @@ def _map_all(ctx: _Ctx, special: Callable[[_Ctx, str, Any], bool]) -> None:
             ctx.skip(key, f"could not read {value!r}: {err}")
 
 
+# a default is not filled when the config gives an option that sets the same thing under another name
+_SAME_THING = {"tuner_type": {"train_type"}, "bf16": {"torch_dtype", "dtype", "fp16"},
+               "torch_dtype": {"bf16", "fp16", "dtype"}, "lr_scheduler_type": {"lr_decay_style"},
+               "gradient_checkpointing": {"recompute_granularity"}}
+
+
 def _fill_defaults(ctx: _Ctx) -> None:
     """Options the config omits get the source's defaults (aliases of a given option count as given)."""
     given_fields = {_COMMON[k][0] for k in ctx.opts if k in _COMMON}
     for key, value in DEFAULTS[ctx.res.source].items():
         if key in ctx.opts or (key in _COMMON and _COMMON[key][0] in given_fields):
             continue
-        if key in ("tuner_type", "use_peft") and ("train_type" in ctx.opts or "tuner_type" in ctx.opts):
-            continue
-        if key in ("bf16", "lr_scheduler_type") and {"torch_dtype", "dtype", "fp16", "lr_decay_style"} & set(ctx.opts):
+        if _SAME_THING.get(key, set()) & set(ctx.opts):
             continue
         if (key.startswith("vllm_") or key == "sleep_level") and not _bool(ctx.opts.get("use_vllm", False)):
             continue  # engine settings of an engine the config does not use

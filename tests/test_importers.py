@@ -112,6 +112,9 @@ def test_swift_defaults_are_ms_swifts_and_reported():
     full = import_swift("swift rlhf --rlhf_type grpo --model m --tuner_type full")
     assert full.values["model.finetune"] == "full" and full.values["algorithm.learning_rate"] == 1e-5
     assert "lora_rank" not in full.defaults  # LoRA settings of a full fine-tune are not filled
+    assert spec.model.dtype == "auto" and res.defaults["torch_dtype"] == "auto"  # ms-swift: the model's own dtype
+    bf16 = import_swift("swift rlhf --rlhf_type grpo --torch_dtype bfloat16").values
+    assert bf16["model.dtype"] == "bfloat16" and bf16["algorithm.lr_scheduler"] == "cosine"
 
 
 def test_an_explicit_option_wins_over_the_default():
