@@ -1093,6 +1093,9 @@ def _launch(ctx: _Ctx, env: dict[str, str], launcher: dict[str, str]) -> int:
         if len(gpus) > nproc:
             ctx.note(f"CUDA_VISIBLE_DEVICES has {len(gpus)} GPUs for {nproc} training process(es): the first "
                      f"{nproc} train; the rest are the source's rollout GPUs (resources.rollout_gpus)")
+    if nproc * nnodes > 1 and ctx.tool in ("swift", "megatron"):
+        ctx.res.values["resources.device"] = "cuda"  # ms-swift's ranks are GPU processes, not CPU ones
+        ctx.res.origin["resources.device"] = "NPROC_PER_NODE"
     if nproc > 1 and len(gpus) != nproc:
         ctx.res.values["resources.nproc_per_node"] = nproc
         ctx.res.origin["resources.nproc_per_node"] = "NPROC_PER_NODE"
@@ -1128,6 +1131,19 @@ def _accelerate_config(ctx: _Ctx, ref: str | None) -> dict[str, int]:
     return out
 
 
+# environment variables of the source's stack, by prefix -> why they have no effect here
+_ENV_REASONS = {
+    "ASCEND_": "Ascend NPUs are not supported here: runs train on CUDA GPUs or the CPU",
+    "VLLM_ASCEND": "Ascend NPUs are not supported here: runs train on CUDA GPUs or the CPU",
+    "PYTORCH_NPU": "Ascend NPUs are not supported here: runs train on CUDA GPUs or the CPU",
+    "TASK_QUEUE": "Ascend NPUs are not supported here: runs train on CUDA GPUs or the CPU",
+    "MAX_PIXELS": "ms-swift's image resolution limit: images reach the processor at its own defaults here",
+    "MIN_PIXELS": "ms-swift's image resolution limit: images reach the processor at its own defaults here",
+    "VIDEO_": "ms-swift's video sampling limit: data.max_video_frames sets the frames here",
+    "FPS": "ms-swift's video sampling limit: data.max_video_frames sets the frames here",
+    "PYTORCH_CUDA_ALLOC_CONF": "an allocator setting of the source's stack: the trainer here chooses its own",
+    "WANDB_": "bookkeeping of the source: the studio's run directory covers it (wandb reads its own variables)",
+}
 _ENV_KNOWN = {"CUDA_VISIBLE_DEVICES", "NPROC_PER_NODE", "NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
               "USE_HF", "WORLD_SIZE", "RANK", "LOCAL_RANK"}
 
@@ -1204,8 +1220,8 @@ def import_swift(text: str, base_dir: str | Path | None = None) -> ImportResult:
     if cmd.env.get("USE_HF") == "1":
         ctx.opts["_env_USE_HF"] = "1"
     for name in sorted(cmd.missing):
-        ctx.res.unmapped.append(Unmapped(f"${name}", "", "not set earlier in the pasted script: the options that "
-                                                         "use it were read with the name unresolved"))
+        ctx.res.unmapped.append(Unmapped(f"${name}", "", "not set earlier in the pasted script (the cluster or the "
+                                                         "shell sets it at run time): what uses it was read without it"))
     words = [s for s in cmd.stray if s not in ("swift", "rlhf", "megatron")]
     if words:
         ctx.res.unmapped.append(Unmapped("positional", " ".join(words), _NO_EQUIVALENT))
@@ -1221,7 +1237,9 @@ def import_swift(text: str, base_dir: str | Path | None = None) -> ImportResult:
                 ctx.defaulted.discard(b)
     for k, v in cmd.env.items():
         if k not in _ENV_KNOWN and k in cmd.exported:
-            ctx.res.unmapped.append(Unmapped(f"{k}={v}", "", "an environment variable of the source's stack"))
+            reason = next((r for prefix, r in _ENV_REASONS.items() if k.startswith(prefix)),
+                          "an environment variable of the source's stack, not read here")
+            ctx.res.unmapped.append(Unmapped(f"{k}={v}", "", reason))
     if "rlhf_type" not in ctx.opts:
         ctx.note("no --rlhf_type: ms-swift would run its default (dpo); read as GRPO here")
     _map_all(ctx, _swift_special)
