@@ -712,6 +712,9 @@ def _rewards(ctx: _Ctx, names: list[str], weights: list[float] | None, models: l
             ctx.done(key)
         else:
             ctx.res.defaults[key] = value
+    if "cosine" in by_name and ctx.tool == "open-r1":
+        ctx.note("open-r1's cosine reward measures length in characters; here in tokens: max_len may need scaling "
+                 "(about 3-4 characters a token)")
     if "soft_overlong" in by_name and ctx.tool in ("swift", "megatron"):
         ctx.note("ms-swift's soft_overlong keeps falling below -1 past soft_max_length; here it stops at -1 (the "
                  "same wherever completions stop at max_completion_length)")
