@@ -578,7 +578,7 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
     if key in ("offload_model", "offload_optimizer") and not _bool(value):
         ctx.done(key)
         return True
-    if key in ("repetition_penalty",) and _num(value) == 1.0 or key == "min_p" and (_is_null(value) or _num(value) == 0):
+    if (key == "repetition_penalty" and _num(value) == 1.0) or (key == "min_p" and (_is_null(value) or _num(value) == 0)):
         ctx.done(key)  # the neutral value: sampling as here
         return True
     return False
@@ -676,9 +676,9 @@ def _rewards(ctx: _Ctx, names: list[str], weights: list[float] | None, models: l
     """Reward functions with their weights (reward models included, where the source puts them), built-in
     aliases resolved and their options made params."""
     aliases = _REWARD_ALIASES[ctx.tool if ctx.tool != "megatron" else "swift"]
-    entries: list[tuple[str, dict[str, Any], str]] = []  # (our name, params, the source's name)
-    rm = [("reward_model", {"path": m}, m) for m in models]
-    funcs = [(aliases.get(n, n), {}, n) for n in names]
+    # (our name, params, the source's name), in the source's order: its weights follow that order
+    rm: list[tuple[str, dict[str, Any], str]] = [("reward_model", {"path": m}, m) for m in models]
+    funcs: list[tuple[str, dict[str, Any], str]] = [(aliases.get(n, n), {}, n) for n in names]
     entries = rm + funcs if models_first else funcs + rm
     if weights is not None and len(weights) != len(entries):
         ctx.skip("reward_weights", f"{len(weights)} weights for {len(entries)} rewards: the source would refuse "
