@@ -4,6 +4,7 @@ action bar (Start, Preview command, Save as preset, Export YAML)."""
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 from typing import Any
 
@@ -196,17 +197,23 @@ class BuildTab:
         skip = [gr.skip() for _ in fields()]
         if not (text or "").strip():
             return [t("import_empty", lang), *skip]
-        try:
-            res = import_any(text)
-        except (SpecError, ValueError) as err:
-            return ["⚠ " + html.escape(t("import_error", lang, err=err)), *skip]
+        res = import_any(text, base_dir=self.config.workspace.root)  # never raises; files it reads stay in the root
+        if res.error:
+            return ["⚠ " + html.escape(t("import_error", lang, err=res.error)), *skip]
         values = list(args)
         for i, doc in enumerate(fields()):
             if doc.path in res.values:
                 values[i] = to_widget(field_doc(doc.path), res.values[doc.path])
-        parts = [t("import_ok", lang, n=len(res.values))]
+        parts = [t("import_ok", lang, n=len(res.values)) + f" ({html.escape(res.source)})"]
+        if res.applied:
+            parts.append(f"**{t('import_applied', lang)}** " + ", ".join(f"`{html.escape(o)}`" for o in res.applied))
+        if res.defaults:
+            parts.append(f"**{t('import_defaults', lang)}** " + ", ".join(
+                f"`{k}={html.escape(json.dumps(v), quote=False)}`" for k, v in res.defaults.items()))
         if res.unmapped:
-            parts.append(f"**{t('import_unmapped', lang)}**\n" + "\n".join(f"- `{html.escape(u)}`" for u in res.unmapped))
+            parts.append(f"**{t('import_unmapped', lang)}**\n" + "\n".join(
+                f"- `{html.escape(u.option, quote=False)} {html.escape(u.value, quote=False)}`: "
+                f"{html.escape(u.reason, quote=False)}" for u in res.unmapped))
         if res.notes:
             parts.append(f"**{t('import_notes', lang)}**\n" + "\n".join(f"- {html.escape(n)}" for n in res.notes))
         return ["\n\n".join(parts), *values]

@@ -84,10 +84,15 @@ UI: dict[str, dict[str, str]] = {
     "preset_loaded": {"en": "Loaded preset {name}.", "zh": "已载入预设 {name}。"},
     "preset_error": {"en": "Could not load preset {name}: {err}", "zh": "无法载入预设 {name}：{err}"},
     "import_acc": {"en": "Import from ms-swift or TRL", "zh": "从 ms-swift 或 TRL 导入"},
-    "import_text": {"en": "A `swift rlhf --rlhf_type grpo …` command line, or a TRL GRPOConfig as YAML or JSON",
-                    "zh": "粘贴 `swift rlhf --rlhf_type grpo …` 命令行，或 YAML/JSON 格式的 TRL GRPOConfig"},
+    "import_text": {"en": "An ms-swift `swift rlhf` / `megatron rlhf` command or script, a TRL GRPOConfig (YAML, JSON "
+                          "or Python) or a `trl grpo …` line",
+                    "zh": "粘贴 ms-swift 的 `swift rlhf` / `megatron rlhf` 命令或脚本、TRL GRPOConfig（YAML、JSON 或 "
+                          "Python）或 `trl grpo …` 命令"},
     "import_btn": {"en": "Import into the form", "zh": "导入到表单"},
     "import_ok": {"en": "Imported {n} field(s).", "zh": "已导入 {n} 个字段。"},
+    "import_applied": {"en": "Applied:", "zh": "已应用："},
+    "import_defaults": {"en": "Left out of the config, filled with the source tool's defaults:",
+                        "zh": "配置中未给出、按来源工具默认值填入："},
     "import_unmapped": {"en": "No equivalent here, not imported:", "zh": "此处没有对应项，未导入："},
     "import_notes": {"en": "Conversions:", "zh": "换算说明："},
     "import_error": {"en": "Could not import: {err}", "zh": "无法导入：{err}"},

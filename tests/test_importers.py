@@ -1,13 +1,30 @@
-"""ms-swift and TRL configs mapped onto RunSpec: mapped fields set, the rest listed, never dropped silently."""
+"""ms-swift and TRL configs mapped onto RunSpec: every option applied or listed with a reason, omitted options
+given the source tool's defaults, launch context read, nothing raised; held on a corpus of real configs."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from backend.importers import import_any, import_swift, import_trl, parse_swift_args
-from backend.spec import SpecError
+from backend.importers import (
+    _REWARD_ALIASES,
+    _REWARD_PARAMS,
+    DEFAULTS,
+    OPENR1_SOURCE,
+    SWIFT_SOURCE,
+    TRL_SOURCE,
+    import_any,
+    import_swift,
+    import_trl,
+    parse_python_config,
+    parse_script,
+    parse_swift_args,
+)
+from backend.rewards.registry import BUILTIN_REWARDS
+
+CORPUS = Path(__file__).parent / "data" / "importers"
 
 SWIFT = r"""
 CUDA_VISIBLE_DEVICES=0,1,2,3 NPROC_PER_NODE=4 MAX_PIXELS=1003520 \
@@ -29,18 +46,23 @@ swift rlhf \
 """
 
 
+def unmapped_options(res) -> set[str]:
+    return {u.option for u in res.unmapped}
+
+
 def test_parse_swift_args():
     env, opts, stray = parse_swift_args(SWIFT)
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and env["NPROC_PER_NODE"] == "4"
-    assert stray == ["swift", "rlhf"]
+    assert stray == []
     assert opts["dataset"] == ["AI-MO/NuminaMath-TIR#5000", "extra/local.jsonl"]
     _, opts, _ = parse_swift_args("swift rlhf --model=a/b --flag --x 1")
-    assert opts == {"model": ["a/b"], "flag": [], "x": ["1"]}
+    assert opts == {"model": "a/b", "flag": "true", "x": "1"}
 
 
 def test_import_swift_maps_fields_and_lists_the_rest():
     res = import_swift(SWIFT)
     v = res.values
+    assert res.source == SWIFT_SOURCE
     assert v["model.name_or_path"] == "Qwen/Qwen2.5-7B-Instruct"
     assert v["model.finetune"] == "lora" and v["model.lora_rank"] == 64 and v["model.lora_alpha"] == 128
     assert v["model.lora_targets"] == ["all-linear"] and v["model.dtype"] == "bfloat16"
@@ -59,9 +81,8 @@ def test_import_swift_maps_fields_and_lists_the_rest():
     assert v["resources.deepspeed_stage"] == 3 and v["resources.offload"] is True
     assert v["output.report_to"] == ["tensorboard", "wandb"] and v["output.save_steps"] == 100
     assert v["output.log_samples_steps"] == 1
-    unmapped = " ".join(res.unmapped)
-    for opt in ("--output_dir", "--logging_steps", "--num_infer_workers", "MAX_PIXELS"):
-        assert opt in unmapped
+    assert {"--output_dir", "--logging_steps", "--num_infer_workers", "MAX_PIXELS=1003520"} <= unmapped_options(res)
+    assert all(u.reason for u in res.unmapped)
     assert any("prompts_per_step" in n for n in res.notes)
     spec = res.apply()
     assert spec.model.lora_rank == 64 and spec.rollout.engine == "vllm"
@@ -70,127 +91,345 @@ def test_import_swift_maps_fields_and_lists_the_rest():
 def test_import_swift_server_mode_and_bad_values():
     res = import_swift("swift rlhf --rlhf_type grpo --model m --use_vllm true --vllm_mode server --temperature hot")
     assert res.values["rollout.placement"] == "separate"
-    assert any("--temperature" in u for u in res.unmapped)
+    assert "--temperature" in unmapped_options(res)
     assert any("rollout_gpus" in n for n in res.notes)
+    assert res.apply().rollout.temperature == 1.0  # the rest still imports
 
 
-TRL_YAML = """
-model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct
-dataset_name: trl-lib/tldr
-use_peft: true
-lora_r: 16
-lora_target_modules: [q_proj, v_proj]
-bf16: true
-learning_rate: 1.0e-6
-beta: 0.0
-num_generations: 16
-per_device_train_batch_size: 8
-gradient_accumulation_steps: 4
-num_processes: 2
-max_completion_length: 256
-loss_type: dr_grpo
-scale_rewards: false
-mask_truncated_completions: true
-importance_sampling_level: sequence
-use_vllm: true
-vllm_mode: colocate
-max_steps: 200
-warmup_ratio: 0.1
-report_to: none
-output_dir: out
-logging_steps: 10
-push_to_hub: true
-reward_funcs: [exact_match]
-"""
+# ----------------------------------------------------------------------------- the source tools' defaults
 
-
-def test_import_trl_yaml():
-    res = import_trl(TRL_YAML)
-    v = res.values
-    assert v["model.name_or_path"] == "Qwen/Qwen2.5-0.5B-Instruct" and v["model.finetune"] == "lora"
-    assert v["model.lora_rank"] == 16 and v["model.lora_targets"] == ["q_proj", "v_proj"]
-    assert v["model.dtype"] == "bfloat16" and v["data.sources"] == ["trl-lib/tldr"]
-    assert v["algorithm.scale_rewards"] == "none" and v["algorithm.loss_type"] == "dr_grpo"
-    assert v["algorithm.importance_sampling_level"] == "sequence"
-    assert v["algorithm.prompts_per_step"] == 8 * 2 * 4 // 16
-    assert v["algorithm.warmup_steps"] == 20 and v["output.report_to"] == []
-    assert v["rollout.engine"] == "vllm" and v["rollout.placement"] == "colocate"
-    assert {u.split(":")[0] for u in res.unmapped} >= {"output_dir", "logging_steps", "push_to_hub"}
+def test_swift_defaults_are_ms_swifts_and_reported():
+    res = import_swift("swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-7B-Instruct --dataset d.jsonl")
     spec = res.apply()
-    assert spec.algorithm.max_steps == 200
+    # ms-swift's LoRA default, its GRPO beta, cosine schedule, weight decay 0.1, checkpointing, rank 8, lr 1e-4 (LoRA)
+    assert spec.model.finetune == "lora" and spec.model.lora_rank == 8 and spec.model.lora_alpha == 32
+    assert spec.algorithm.beta == 0.04 and spec.algorithm.lr_scheduler == "cosine"
+    assert spec.algorithm.weight_decay == 0.1 and spec.model.gradient_checkpointing is True
+    assert spec.algorithm.learning_rate == 1e-4 and spec.rollout.temperature == 0.9
+    assert spec.rollout.max_completion_length == 512 and spec.rollout.num_generations == 8
+    assert res.defaults["tuner_type"] == "lora" and res.defaults["beta"] == 0.04
+    assert res.defaults["learning_rate"] == 1e-4
+    full = import_swift("swift rlhf --rlhf_type grpo --model m --tuner_type full")
+    assert full.values["model.finetune"] == "full" and full.values["algorithm.learning_rate"] == 1e-5
+    assert "lora_rank" not in full.defaults  # LoRA settings of a full fine-tune are not filled
+    assert spec.model.dtype == "auto" and res.defaults["torch_dtype"] == "auto"  # ms-swift: the model's own dtype
+    bf16 = import_swift("swift rlhf --rlhf_type grpo --torch_dtype bfloat16").values
+    assert bf16["model.dtype"] == "bfloat16" and bf16["algorithm.lr_scheduler"] == "cosine"
 
 
-def test_import_trl_json_and_dispatch():
-    text = json.dumps({"learning_rate": 3e-6, "num_generations": 4, "epsilon": 0.2, "unknown_thing": 1})
+def test_an_explicit_option_wins_over_the_default():
+    res = import_swift("swift rlhf --rlhf_type grpo --beta 0 --lr_scheduler_type linear --weight_decay 0")
+    assert res.values["algorithm.beta"] == 0.0 and res.values["algorithm.lr_scheduler"] == "linear"
+    assert "beta" not in res.defaults and "beta" in res.applied
+
+
+def test_trl_defaults_are_trls():
+    res = import_trl("model_name_or_path: Qwen/Qwen2.5-0.5B\nreward_funcs: [accuracy_reward]")
+    assert res.source == TRL_SOURCE
+    spec = res.apply()
+    assert spec.algorithm.learning_rate == 1e-6 and spec.algorithm.beta == 0.0
+    assert spec.rollout.max_completion_length == 512 and spec.model.dtype == "bfloat16"
+    assert spec.model.gradient_checkpointing is True and spec.algorithm.loss_type == "dapo"
+    assert spec.algorithm.prompts_per_step == 1  # 8 per device x 1 process / 8 generations
+    assert spec.model.finetune == "full" and spec.rewards.functions[0].name == "accuracy"  # accuracy_reward's alias
+    assert res.defaults["per_device_train_batch_size"] == 8 and res.defaults["num_processes"] == 1
+
+
+def test_defaults_tables_name_only_known_options():
+    for source, table in DEFAULTS.items():
+        assert table, source
+    assert DEFAULTS[SWIFT_SOURCE]["beta"] == 0.04 and DEFAULTS[SWIFT_SOURCE]["tuner_type"] == "lora"
+    assert DEFAULTS[TRL_SOURCE]["learning_rate"] == 1e-6 and DEFAULTS[OPENR1_SOURCE]["beta"] == 0.04
+
+
+# ----------------------------------------------------------------------------- nothing raises
+
+@pytest.mark.parametrize("text", [
+    "swift rlhf --rlhf_type grpo --model m \\",  # a last line ending in ' \'
+    "swift rlhf --rlhf_type grpo --system 'unbalanced",
+    "per_device_train_batch_size: null\nwarmup_ratio: null\nreward_funcs: [accuracy]\nreward_weights: 1.0",
+    "reward_weights: [a, b]\nreward_funcs: [x, y]",
+    "learning_rate: [1, 2, {a: 3}]\nnum_generations: {x: 1}",
+    "- just\n- a list",
+    "",
+    "swift rlhf --per_device_train_batch_size none --num_generations 0",
+    "GRPOConfig(beta=",
+    "{\"beta\": \"zero\"}",
+])
+def test_nothing_raises(text):
     res = import_any(text)
-    assert res.values == {"algorithm.learning_rate": 3e-6, "rollout.num_generations": 4, "algorithm.epsilon": 0.2}
-    assert res.unmapped == ["unknown_thing: 1"]
-    assert "model.name_or_path" in import_any("swift rlhf --model a/b").values
-    assert "model.name_or_path" in import_any("NPROC_PER_NODE=2 swift rlhf --model a/b").values
-    with pytest.raises(SpecError):
-        import_any("- just\n- a list")
-
-
-def test_apply_reports_invalid_values_by_field():
-    res = import_trl("loss_type: vespo\nnum_generations: 1")  # TRL has vespo; not here (yet)
-    with pytest.raises(SpecError) as err:
+    if not res.error:
         res.apply()
-    fields = {i.field for i in err.value.issues}
-    assert {"algorithm.loss_type", "rollout.num_generations"} <= fields
 
 
-TRL_OBJECTIVES = """
-loss_type: sapo
-sapo_temperature_pos: 1.0
-sapo_temperature_neg: 1.5
-epsilon_high: null
-delta: null
-beta: 0.01
-use_bias_correction_kl: false
-off_policy_mask_threshold: 0.5
-top_entropy_quantile: 0.2
-entropy_coef: 0.01
-use_adaptive_entropy: true
-entropy_target: 1.5
-entropy_coef_min: 0.001
-entropy_coef_max: 0.05
-entropy_coef_delta: 0.002
-disable_dropout: false
+def test_nulls_and_scalar_weights():
+    res = import_any("per_device_train_batch_size: null\nwarmup_ratio: null\nreward_funcs: [accuracy]\n"
+                     "reward_weights: 1.0\nnum_generations: 4")
+    assert not res.error
+    assert res.values["rewards.functions"] == [{"name": "accuracy", "weight": 1.0, "params": {}}]
+    assert res.values["algorithm.prompts_per_step"] == 2  # null: TRL's default 8 per device / 4
+    assert any("null" in n for n in res.notes)
+    assert import_any("- just\n- a list").error
+
+
+def test_invalid_values_are_unmapped_with_the_spec_reason():
+    res = import_trl("loss_type: vespo\nnum_generations: 1")  # TRL has vespo; not here
+    fields = " ".join(u.reason for u in res.unmapped)
+    assert "algorithm.loss_type" in fields and "rollout.num_generations" in fields
+    assert {"loss_type", "num_generations"} <= unmapped_options(res)
+    assert res.apply().algorithm.loss_type == "grpo"
+
+
+# ----------------------------------------------------------------------------- options users rely on
+
+def test_tuner_type_lora_and_qlora_stay_lora():
+    res = import_any("swift rlhf --rlhf_type grpo --model Qwen/Qwen2.5-72B-Instruct --tuner_type lora")
+    assert res.apply().model.finetune == "lora"
+    q = import_any("swift rlhf --rlhf_type grpo --model m --tuner_type lora --quant_bits 4 --quant_method bnb")
+    assert q.apply().model.finetune == "lora"
+    assert "--quant_bits" in unmapped_options(q)
+
+
+def test_system_file_is_read_inside_the_project_only(tmp_path):
+    (tmp_path / "prompt.txt").write_text("Think step by step.\n")
+    (tmp_path.parent / "outside.txt").write_text("secret")
+    res = import_any("swift rlhf --rlhf_type grpo --system prompt.txt", base_dir=tmp_path)
+    assert res.values["data.system_prompt"] == "Think step by step."
+    outside = import_any("swift rlhf --rlhf_type grpo --system ../outside.txt", base_dir=tmp_path)
+    assert "data.system_prompt" not in outside.values and "--system" in unmapped_options(outside)
+    no_base = import_any("swift rlhf --rlhf_type grpo --system prompt.txt")
+    assert "data.system_prompt" not in no_base.values
+    literal = import_any("swift rlhf --rlhf_type grpo --system 'You are a helpful assistant.'")
+    assert literal.values["data.system_prompt"] == "You are a helpful assistant."
+
+
+def test_variables_from_earlier_lines_and_unresolved_ones():
+    script = """
+export NPROC=8
+SYSTEM_PROMPT="Answer briefly."
+export NNODES=2
+NPROC_PER_NODE=$NPROC swift rlhf --rlhf_type grpo --system "$SYSTEM_PROMPT" --model $MODEL_PATH \\
+    --per_device_train_batch_size 2 --num_generations 8
 """
+    res = import_any(script)
+    assert res.values["data.system_prompt"] == "Answer briefly."
+    assert "$MODEL_PATH" in unmapped_options(res)
+    assert "SYSTEM_PROMPT" not in " ".join(unmapped_options(res))  # a shell variable the command used
+    # 2 per device x 8 per node x 2 nodes / 8 generations
+    assert res.values["algorithm.prompts_per_step"] == 4
+    assert res.values["resources.nnodes"] == 2 and res.values["resources.nproc_per_node"] == 8
 
 
-def test_import_trl_objective_options():
-    res = import_trl(TRL_OBJECTIVES)
-    assert res.unmapped == []
-    a = res.apply().algorithm
-    assert (a.loss_type, a.sapo_temperature_pos, a.sapo_temperature_neg) == ("sapo", 1.0, 1.5)
-    assert a.epsilon_high == 0.0 and a.delta == 0.0  # None in TRL: off / same as epsilon
-    assert a.use_bias_correction_kl is False and a.off_policy_mask_threshold == 0.5
-    assert a.top_entropy_quantile == 0.2 and a.entropy_coef == 0.01 and a.use_adaptive_entropy is True
-    assert (a.entropy_target, a.entropy_coef_min, a.entropy_coef_max, a.entropy_coef_delta) == (1.5, 0.001, 0.05, 0.002)
-    assert a.disable_dropout is False
-    cispo = import_trl("loss_type: cispo\nepsilon_high: 5.0\ndelta: 4\nimportance_sampling_level: sequence").apply()
-    assert (cispo.algorithm.loss_type, cispo.algorithm.epsilon_high, cispo.algorithm.delta) == ("cispo", 5.0, 4.0)
-    zero = import_trl("off_policy_mask_threshold: 0.0")
-    assert "algorithm.off_policy_mask_threshold" not in zero.values and "is 'off' here" in zero.unmapped[0]
+def test_launchers_route_to_ms_swift_and_give_the_world_size():
+    torchrun = import_any("torchrun --nproc_per_node 4 --nnodes 2 swift/cli/rlhf.py --rlhf_type grpo --model m "
+                          "--per_device_train_batch_size 1 --num_generations 8")
+    assert torchrun.source == SWIFT_SOURCE and torchrun.values["algorithm.prompts_per_step"] == 1
+    assert torchrun.values["resources.nnodes"] == 2
+    megatron = import_any("NPROC_PER_NODE=8 megatron rlhf --rlhf_type grpo --model m --global_batch_size 64 "
+                          "--micro_batch_size 2 --num_generations 8 --train_iters 10")
+    assert "Megatron" in megatron.source and megatron.values["model.finetune"] == "full"  # Megatron's default
+    assert megatron.values["algorithm.prompts_per_step"] == 8 and megatron.values["algorithm.max_steps"] == 10
+    assert megatron.values["algorithm.gradient_accumulation_steps"] == 4  # 64 / (2 x 8)
+    acc = import_any("accelerate launch --num_processes 7 src/open_r1/grpo.py --config recipes/x.yaml "
+                     "--per_device_train_batch_size 4 --num_generations 7 --dataset_prompt_column problem")
+    assert acc.source == OPENR1_SOURCE and acc.values["algorithm.prompts_per_step"] == 4
+    assert "--config" in unmapped_options(acc)
 
 
-def test_import_swift_objective_options():
-    res = import_swift("swift rlhf --rlhf_type grpo --model m --loss_type sapo --tau_pos 1.0 --tau_neg 1.2 "
-                       "--off_policy_sequence_mask_delta 0.3 --top_entropy_quantile 0.2 --delta 3 "
-                       "--importance_sampling_level sequence")
-    assert res.unmapped == []
-    a = res.apply().algorithm
-    assert (a.loss_type, a.sapo_temperature_pos, a.sapo_temperature_neg) == ("sapo", 1.0, 1.2)
-    assert (a.off_policy_mask_threshold, a.top_entropy_quantile, a.delta) == (0.3, 0.2, 3.0)
-    assert a.importance_sampling_level == "sequence"
-    luspo = import_swift("swift rlhf --loss_type luspo --importance_sampling_level sequence").apply()
-    assert luspo.algorithm.loss_type == "luspo"
+def test_trl_config_file_is_read_from_the_project(tmp_path):
+    (tmp_path / "grpo.yaml").write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nper_device_train_batch_size: 4\n"
+                                        "num_generations: 4\nbeta: 0.02\n")
+    res = import_any("trl grpo --config grpo.yaml --num_processes 2 --beta 0.01", base_dir=tmp_path)
+    assert res.values["model.name_or_path"] == "Qwen/Qwen2.5-0.5B"
+    assert res.values["algorithm.beta"] == 0.01  # the command line wins over the file
+    assert res.values["algorithm.prompts_per_step"] == 2
 
 
-def test_an_imported_lora_dropout_is_kept():
-    res = import_swift("swift rlhf --model m --train_type lora --lora_dropout 0.05")
-    assert res.values["algorithm.disable_dropout"] is False  # ms-swift and TRL keep dropout by default
-    assert res.apply().model.lora_dropout == 0.05
-    explicit = import_trl("use_peft: true\nlora_dropout: 0.05\ndisable_dropout: true")
-    assert explicit.values["algorithm.disable_dropout"] is True  # said explicitly: check_spec will name the clash
+def test_epochs_become_steps_where_the_data_size_is_known():
+    res = import_any("swift rlhf --rlhf_type grpo --dataset AI-MO/NuminaMath-TIR#1000 --num_train_epochs 2 "
+                     "--per_device_train_batch_size 8 --num_generations 8 --warmup_ratio 0.1")
+    assert res.values["algorithm.max_steps"] == 2000 and res.values["algorithm.warmup_steps"] == 200
+    unknown = import_any("dataset_name: open-r1/OpenR1-Math-220k\nmax_steps: -1\nnum_train_epochs: 1")
+    assert "num_train_epochs" in unmapped_options(unknown) and "algorithm.max_steps" not in unknown.values
+    assert "max_steps" in unknown.applied
+
+
+def test_datasets_subsets_modelscope_and_open_r1_columns():
+    res = import_any("swift rlhf --rlhf_type grpo --dataset modelscope/competition_math:default#500 local.jsonl")
+    assert res.values["data.sources"] == ["modelscope/competition_math#500", "local.jsonl"]
+    assert any("subset" in u.reason for u in res.unmapped)
+    assert any("ModelScope id" in n for n in res.notes)
+    r1 = import_any("dataset_name: open-r1/OpenR1-Math-220k\ndataset_config: default\ndataset_prompt_column: problem\n"
+                    "system_prompt: Think first.")
+    assert r1.source == OPENR1_SOURCE
+    assert r1.values["data.prompt_column"] == "problem" and r1.values["data.system_prompt"] == "Think first."
+    assert "dataset_config" in unmapped_options(r1)
+    cols = import_any("swift rlhf --rlhf_type grpo --columns '{\"answer\": \"solution\", \"problem\": \"query\"}'")
+    assert cols.values["data.solution_column"] == "answer" and cols.values["data.prompt_column"] == "problem"
+
+
+def test_reward_params_aliases_and_weights():
+    r1 = import_any("reward_funcs: [accuracy, cosine, repetition_penalty, soft_overlong_punishment, code]\n"
+                    "reward_weights: [1, 0.5, 0.2, 1, 1]\ncosine_max_len: 2000\nrepetition_n_grams: 4\n"
+                    "max_completion_len: 4096\nsoft_punish_cache: 512\n")
+    funcs = {f["name"]: f for f in r1.values["rewards.functions"]}
+    assert set(funcs) == {"accuracy", "cosine", "repetition", "soft_overlong"}  # 'code' has no built-in here
+    assert funcs["cosine"]["params"] == {"min_value_wrong": 0.0, "max_value_wrong": -0.5, "min_value_correct": 0.5,
+                                         "max_value_correct": 1.0, "max_len": 2000}  # open-r1's defaults, its max_len
+    assert funcs["repetition"]["params"] == {"ngram_size": 4, "max_penalty": -1.0} and funcs["repetition"]["weight"] == 0.2
+    assert funcs["soft_overlong"]["params"] == {"max_completion_len": 4096, "cache_len": 512}
+    assert any(u.value == "code" for u in r1.unmapped)
+    swift = import_any("swift rlhf --rlhf_type grpo --reward_funcs cosine soft_overlong --max_completion_length 1024 "
+                       "--soft_cache_length 256 --cosine_min_len_value_wrong -1.0")
+    sf = {f["name"]: f for f in swift.values["rewards.functions"]}
+    assert sf["cosine"]["params"]["min_value_wrong"] == -1.0 and sf["cosine"]["params"]["max_value_correct"] == 1.0
+    assert sf["cosine"]["params"]["max_len"] == 1024  # None in ms-swift: max_completion_length
+    assert sf["soft_overlong"]["params"] == {"max_completion_len": 1024, "cache_len": 256}
+    rm = import_any("swift rlhf --rlhf_type grpo --reward_funcs accuracy --reward_model my/rm --reward_weights 1 0.3")
+    assert rm.values["rewards.functions"] == [{"name": "accuracy", "weight": 1.0, "params": {}},
+                                              {"name": "reward_model", "weight": 0.3, "params": {"path": "my/rm"}}]
+    trl_rm = import_any("reward_model_name_or_path: my/rm\nreward_funcs: [accuracy_reward]\nreward_weights: [0.3, 1]")
+    assert [(f["name"], f["weight"]) for f in trl_rm.values["rewards.functions"]] == [("reward_model", 0.3),
+                                                                                      ("accuracy", 1.0)]
+
+
+def test_reward_aliases_and_params_name_our_built_ins():
+    for table in _REWARD_ALIASES.values():
+        assert set(table.values()) <= set(BUILTIN_REWARDS)
+    for table in _REWARD_PARAMS.values():
+        for reward, param in table.values():
+            assert param in BUILTIN_REWARDS[reward].params_model.model_fields
+
+
+def test_lacking_algorithms_are_reported_not_added():
+    res = import_any("swift rlhf --rlhf_type grpo --advantage_estimator rloo --loss_type fipo --sync_ref_model true "
+                     "--steps_per_generation 4 --gradient_accumulation_steps 1")
+    names = unmapped_options(res)
+    assert {"--advantage_estimator", "--loss_type", "--sync_ref_model", "--steps_per_generation"} <= names
+    plain = import_any("advantage_estimator: grpo\nsync_ref_model: false\nsteps_per_generation: 2\n"
+                       "gradient_accumulation_steps: 2\nmax_prompt_length: null")
+    assert not unmapped_options(plain) & {"advantage_estimator", "sync_ref_model", "steps_per_generation",
+                                          "max_prompt_length"}
+
+
+def test_python_grpo_config_snippets():
+    text = """
+from peft import LoraConfig
+training_args = GRPOConfig(
+    learning_rate=1.0e-5,
+    per_device_train_batch_size=16,
+    num_generations=8,
+    ...
+)
+trainer = GRPOTrainer(model="Qwen/Qwen2-0.5B", args=training_args, peft_config=LoraConfig(r=32, lora_alpha=16),
+                      train_dataset=load_dataset("trl-lib/DeepMath-103K", split="train"))
+"""
+    opts, _ = parse_python_config(text)
+    assert opts["use_peft"] is True and opts["lora_r"] == 32
+    spec = import_any(text).apply()
+    assert spec.model.finetune == "lora" and spec.model.lora_rank == 32 and spec.algorithm.learning_rate == 1e-5
+    assert spec.model.name_or_path == "Qwen/Qwen2-0.5B" and spec.data.sources == ["trl-lib/DeepMath-103K"]
+    assert spec.algorithm.prompts_per_step == 2
+
+
+def test_trl_yaml_and_json():
+    res = import_trl("model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct\ndataset_name: trl-lib/tldr\nuse_peft: true\n"
+                     "lora_r: 16\nlora_target_modules: [q_proj, v_proj]\nbeta: 0.0\nnum_generations: 16\n"
+                     "per_device_train_batch_size: 8\ngradient_accumulation_steps: 4\nnum_processes: 2\n"
+                     "scale_rewards: false\nmax_steps: 200\nwarmup_ratio: 0.1\nreport_to: none\noutput_dir: out\n")
+    v = res.values
+    assert v["model.finetune"] == "lora" and v["model.lora_rank"] == 16 and v["model.lora_targets"] == ["q_proj", "v_proj"]
+    assert v["algorithm.scale_rewards"] == "none" and v["algorithm.prompts_per_step"] == 8 * 2 * 4 // 16
+    assert v["algorithm.warmup_steps"] == 20 and v["output.report_to"] == [] and v["resources.nproc_per_node"] == 2
+    assert "output_dir" in unmapped_options(res)
+    js = import_any(json.dumps({"learning_rate": 3e-6, "num_generations": 4, "unknown_thing": 1}))
+    assert js.values["algorithm.learning_rate"] == 3e-6 and "unknown_thing" in unmapped_options(js)
+
+
+def test_parse_script_picks_the_grpo_training_line():
+    script = "CUDA_VISIBLE_DEVICES=7 swift rollout --model m\n\nswift rlhf --rlhf_type dpo --model m\n" \
+             "swift rlhf --rlhf_type grpo --model m2 --beta 0.1 > log.txt 2>&1 &\n"
+    cmd = parse_script(script)
+    assert cmd is not None and cmd.opts["model"] == "m2" and "log.txt" not in json.dumps(cmd.opts)
+
+
+# ----------------------------------------------------------------------------- the corpus
+
+def corpus_files() -> list[Path]:
+    return sorted(p for p in CORPUS.glob("*/*") if p.is_file() and p.name != "README.md")
+
+
+def source_options(text: str) -> set[str]:
+    """The options a config gives, as the importer's result names them."""
+    python = parse_python_config(text)
+    if python is not None:
+        return set(python[0])
+    cmd = parse_script(text)
+    if cmd is not None:
+        return set(cmd.opts)
+    import yaml
+
+    data = yaml.safe_load(text)
+    return set(data) if isinstance(data, dict) else set()
+
+
+def test_corpus_imports_apply_or_say_why():
+    files = corpus_files()
+    assert len(files) >= 150
+    ok = 0
+    for path in files:
+        text = path.read_text()
+        res = import_any(text)  # never raises
+        if res.error:
+            continue
+        res.apply()
+        ok += 1
+        named = set(res.applied) | set(res.defaults) | {u.option.lstrip("-") for u in res.unmapped}
+        missing = source_options(text) - named
+        assert not missing, f"{path.name}: options neither applied nor reported: {sorted(missing)}"
+        assert all(u.reason for u in res.unmapped), path.name
+    assert ok / len(files) >= 0.95, f"{ok}/{len(files)} imported"
+
+
+HAND_CHECKED = {
+    # file: (finetune, beta, learning_rate, prompts_per_step)
+    "ms-swift/train__grpo__internal__vllm_72b_4gpu.sh": ("lora", 0.04, 1e-6, 1),  # 1 x 4 GPUs x 1 / 4
+    "ms-swift/train__grpo__internal__qlora.sh": ("lora", 0.04, 1e-5, 8),  # 4 x 4 GPUs x 4 / 8
+    "ms-swift/train__grpo__multi_node__colocate_multi_node1.sh": ("full", 0.04, 1e-6, 2),  # 1 x 4 x 2 nodes x 2 / 8
+    "ms-swift/megatron__grpo__dense_colocate.sh": ("full", 0.001, 1e-6, 16),  # global_batch_size 128 / 8
+    "open-r1/main__Qwen2.5-1.5B-Instruct__grpo__config_demo.yaml": ("full", 0.04, 2e-5, 28),  # 16 x 7 x 4 / 16
+    "trl/peft_integration__L293.sh": ("lora", 0.0, 1e-5, 1),
+    "trl/paper_index__L168.py.txt": ("full", 0.0, 1e-6, 32),  # DAPO: 512 / 16
+    "trl/clis__L273.sh": ("full", 0.0, 1e-6, 4),  # 8 x 4 processes / 8
+}
+
+
+@pytest.mark.parametrize("name", sorted(HAND_CHECKED))
+def test_hand_checked_corpus_entries(name):
+    finetune, beta, lr, pps = HAND_CHECKED[name]
+    spec = import_any((CORPUS / name).read_text()).apply()
+    assert (spec.model.finetune, spec.algorithm.beta, spec.algorithm.learning_rate,
+            spec.algorithm.prompts_per_step) == (finetune, beta, lr, pps)
+
+
+def test_hand_checked_details():
+    qlora = import_any((CORPUS / "ms-swift/train__grpo__internal__qlora.sh").read_text())
+    assert qlora.values["data.system_prompt"].startswith("You are a helpful math assistant.")  # $SYSTEM_PROMPT
+    assert qlora.values["data.solution_column"] == "answer"
+    multi = import_any((CORPUS / "ms-swift/train__grpo__multi_node__colocate_multi_node1.sh").read_text()).apply()
+    assert (multi.resources.nnodes, multi.algorithm.max_steps, multi.algorithm.warmup_steps) == (2, 2500, 125)
+    r1 = import_any((CORPUS / "open-r1/main__Qwen2.5-1.5B-Instruct__grpo__config_demo.yaml").read_text()).apply()
+    assert r1.data.prompt_column == "problem" and r1.data.system_prompt.startswith("You are a helpful AI Assistant")
+    assert [f.name for f in r1.rewards.functions] == ["accuracy", "format", "tag_count"]
+
+
+def test_accelerate_config_and_rollout_gpus(tmp_path):
+    (tmp_path / "zero3.yaml").write_text("num_machines: 1\nnum_processes: 8\ndeepspeed_config:\n  zero_stage: 3\n")
+    res = import_any("accelerate launch --config_file zero3.yaml src/open_r1/grpo.py --per_device_train_batch_size 2 "
+                     "--num_generations 8 --dataset_prompt_column problem", base_dir=tmp_path)
+    assert res.values["algorithm.prompts_per_step"] == 2 and res.values["resources.deepspeed_stage"] == 3
+    server = import_any("CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 NPROC_PER_NODE=6 swift rlhf --rlhf_type grpo "
+                        "--use_vllm true --vllm_server_host 127.0.0.1 --per_device_train_batch_size 4 "
+                        "--num_generations 8")
+    assert server.values["rollout.placement"] == "separate"
+    assert server.values["resources.train_gpus"] == [0, 1, 2, 3, 4, 5] and server.values["algorithm.prompts_per_step"] == 3

@@ -1,0 +1,1 @@
+trl grpo --config grpo_config.yaml
