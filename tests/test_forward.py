@@ -95,8 +95,9 @@ def test_lean_forward_matches_hf(which: str, G: int | None, monkeypatch) -> None
 
 
 def test_lean_forward_falls_back_where_it_would_differ() -> None:
-    """Wrapped (LoRA), hooked, checkpointed, autocast, dropout-in-training, flash-attention and sliding-window
-    models take the transformers forward, and every model does after fast_decode.set_lean(False)."""
+    """Wrapped (LoRA), hooked, autocast, dropout-in-training, flash-attention and sliding-window models take the
+    transformers forward, and every model does after fast_decode.set_lean(False); gradient checkpointing does not
+    (the lean pass checkpoints its own layers)."""
     from peft import LoraConfig, get_peft_model
 
     cpu = torch.device("cpu")
@@ -113,7 +114,7 @@ def test_lean_forward_falls_back_where_it_would_differ() -> None:
     assert not forward.lean_supported(model, cpu)
     handle.remove()
     model.gradient_checkpointing_enable()
-    assert not forward.lean_supported(model, cpu)
+    assert forward.lean_supported(model, cpu)
     dropout = _random_model("qwen2", attention_dropout=0.1).train()
     assert not forward.lean_supported(dropout, cpu)
     assert forward.lean_supported(dropout.eval(), cpu)  # attention dropout acts only in training
@@ -166,3 +167,35 @@ def test_rope_is_transformers_rotary_bit_for_bit() -> None:
     cos, sin = rope_tables(cos, sin)
     assert torch.equal(rope(q, cos[:, None], sin[:, None]), q_ref)
     assert torch.equal(rope(k, cos[:, None], sin[:, None]), k_ref)
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_gradient_checkpointing_keeps_the_numbers_and_saves_less(lean: bool, monkeypatch) -> None:
+    """model.gradient_checkpointing on either path (the lean pass's own, the transformers forward's): the same
+    logprobs and gradients as without, and the autograd graph keeps fewer bytes of activations."""
+    model = _random_model("qwen2").train()
+    p_ids, p_mask, c_ids, c_mask = batch(4)
+    if not lean:
+        _hf_only(monkeypatch)
+
+    def run() -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+        model.zero_grad()
+        saved = [0]
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            saved[0] += t.numel() * t.element_size()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logps = selective_log_softmax(completion_logits(model, p_ids, p_mask, c_ids, c_mask, 4), c_ids)
+        (logps * c_mask).sum().backward()
+        return logps.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, saved[0]
+
+    plain, g_plain, kept_plain = run()
+    model.gradient_checkpointing_enable()
+    assert forward.lean_supported(model, torch.device("cpu")) == lean
+    ckpt, g_ckpt, kept_ckpt = run()
+    torch.testing.assert_close(ckpt * c_mask, plain * c_mask, rtol=1e-5, atol=1e-5)
+    for name in g_plain:
+        torch.testing.assert_close(g_ckpt[name], g_plain[name], rtol=1e-4, atol=1e-6)
+    assert kept_ckpt < 0.7 * kept_plain, (kept_ckpt, kept_plain)

@@ -22,6 +22,7 @@ import weakref
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch.utils.hooks import RemovableHandle
 
 ARCHITECTURES = ("Qwen2ForCausalLM", "LlamaForCausalLM")
@@ -72,18 +73,25 @@ _PLAIN: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, bool]] = weakref.W
 
 def plain_modules(model: torch.nn.Module) -> bool:
     """No module carries a hook that its forward would run and a lean pass would skip (DeepSpeed ZeRO-3's
-    parameter gathers, accelerate's offload, gradient checkpointing, user hooks) and no parameter is a ZeRO-3
-    partition. The module walk is cached per model until the next hook is registered anywhere (torch counts
-    every registration), so it costs nothing per call; a hook removed later keeps the (safe) fallback."""
+    parameter gathers, accelerate's offload, user hooks) and no parameter is a ZeRO-3 partition. Gradient
+    checkpointing is not such a hook: lean_layers applies it itself. The module walk is cached per model until the
+    next hook is registered anywhere (torch counts every registration), so it costs nothing per call; a hook
+    removed later keeps the (safe) fallback."""
     registered = RemovableHandle.next_id
     hit = _PLAIN.get(model)
     if hit is not None and hit[0] == registered:
         return hit[1]
-    plain = not any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook")
-                    or getattr(m, "gradient_checkpointing", False) for m in model.modules())
+    plain = not any(_skipped_hooks(m) or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in model.modules())
     plain = plain and not any(hasattr(p, "ds_id") for p in model.parameters())
     _PLAIN[model] = (registered, plain)
     return plain
+
+
+def _skipped_hooks(module: torch.nn.Module) -> list:
+    """The module's forward hooks a lean pass would skip and that matter. transformers' gradient checkpointing adds
+    one to the input embeddings that only marks their output as requiring grad, for reentrant checkpointing of a
+    frozen embedding; lean_layers' checkpoints are not reentrant, so that one does not."""
+    return [h for h in module._forward_hooks.values() if getattr(h, "__name__", "") != "make_inputs_require_grads"]
 
 
 def _linear(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -130,24 +138,43 @@ def lean_layers(model, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor,
     x = F.embedding(ids, inner.embed_tokens.weight)
     cos, sin = rope_tables(*inner.rotary_emb(x, pos))
     cos, sin = cos[:, None], sin[:, None]
-    B, L = ids.shape
     kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+    # the model's gradient checkpointing, in the lean pass: each layer's activations are recomputed in the backward
+    recompute = torch.is_grad_enabled() and checkpointing(model)
     for i, layer in enumerate(inner.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        hd = attn.head_dim
-        h = rms_norm(x, layer.input_layernorm)
-        q = _linear(attn.q_proj, h).view(B, L, -1, hd).transpose(1, 2)
-        k = _linear(attn.k_proj, h).view(B, L, -1, hd).transpose(1, 2)
-        v = _linear(attn.v_proj, h).view(B, L, -1, hd).transpose(1, 2)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
-        if past is not None:
-            k, v = torch.cat([past[i][0], k], 2), torch.cat([past[i][1], v], 2)
+        p = None if past is None else past[i]
+        if recompute:
+            x, k, v = torch.utils.checkpoint.checkpoint(_layer, layer, x, cos, sin, mask, silu, p, use_reentrant=False)
+        else:
+            x, k, v = _layer(layer, x, cos, sin, mask, silu, p)
         kv.append((k, v))
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling,
-                                           enable_gqa=q.shape[1] != k.shape[1])
-        x = x + _linear(attn.o_proj, o.transpose(1, 2).reshape(B, L, -1))
-        x = x + _mlp(mlp, rms_norm(x, layer.post_attention_layernorm), silu)
     return x, kv
+
+
+def _layer(layer: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
+           silu: bool, past: tuple[torch.Tensor, torch.Tensor] | None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One decoder layer of lean_layers: the hidden states after it and its keys and values (with `past`'s)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    B, L, hd = x.shape[0], x.shape[1], attn.head_dim
+    h = rms_norm(x, layer.input_layernorm)
+    q = _linear(attn.q_proj, h).view(B, L, -1, hd).transpose(1, 2)
+    k = _linear(attn.k_proj, h).view(B, L, -1, hd).transpose(1, 2)
+    v = _linear(attn.v_proj, h).view(B, L, -1, hd).transpose(1, 2)
+    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    if past is not None:
+        k, v = torch.cat([past[0], k], 2), torch.cat([past[1], v], 2)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=q.shape[1] != k.shape[1])
+    x = x + _linear(attn.o_proj, o.transpose(1, 2).reshape(B, L, -1))
+    x = x + _mlp(mlp, rms_norm(x, layer.post_attention_layernorm), silu)
+    return x, k, v
+
+
+def checkpointing(model: torch.nn.Module) -> bool:
+    """Whether the model's gradient checkpointing is on (transformers marks its decoder layers, or the model)."""
+    inner = model.model
+    return bool(getattr(inner, "gradient_checkpointing", False)
+                or any(getattr(layer, "gradient_checkpointing", False) for layer in inner.layers))
 
 
 def lean_head(model, x: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ packed sequences (`packed_completion_logits`: a prompt once, then its group's co
 one pass; the shared-prompt saving without the split's second pass).
 transformers' forward costs several milliseconds of Python per call (mask building, hooks, wrappers), which on
 small models is most of the training step. Everything else (PEFT / LoRA, images, sliding windows, attention
-dropout in training, gradient checkpointing, autocast, module hooks such as DeepSpeed ZeRO-3's or accelerate's
+dropout in training, autocast, module hooks such as DeepSpeed ZeRO-3's or accelerate's
 offload) runs through the model's forward. tests/test_forward.py checks logits and gradients against it.
 """
 
@@ -74,9 +74,11 @@ def completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: t
 
 def _model_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c_ids: torch.Tensor, c_mask: torch.Tensor,
                              group_size: int | None, media: list[dict[str, torch.Tensor] | None] | None) -> torch.Tensor:
-    """completion_logits through the model's own forward."""
+    """completion_logits through the model's own forward (under gradient checkpointing each sequence whole: the
+    shared prompt's key/value cache is what checkpointing turns off)."""
     Lc, Lp = c_ids.shape[1], p_ids.shape[1]
-    if group_size and group_size > 1 and p_ids.shape[0] % group_size == 0:
+    recompute = model.training and torch.is_grad_enabled() and getattr(model, "is_activation_checkpointing", False)
+    if group_size and group_size > 1 and p_ids.shape[0] % group_size == 0 and not recompute:
         G = group_size
         gp_ids, gp_mask = p_ids[::G], p_mask[::G]
         gpos, delta, extra = _prompt_positions(model, gp_ids, gp_mask, media[::G] if media else None)
@@ -114,7 +116,7 @@ def _model_completion_logits(model, p_ids: torch.Tensor, p_mask: torch.Tensor, c
 def lean_supported(model: torch.nn.Module, device: torch.device) -> bool:
     """Whether `packed_completion_logits` computes exactly what this model's forward computes: a plain Qwen2 /
     Llama causal LM (fast_decode.lean_applies: the switch and the architecture) with sdpa or eager attention, no
-    autocast, no attention dropout while training, no gradient checkpointing and no hooks on any module (ZeRO-3
+    autocast, no attention dropout while training and no hooks on any module (ZeRO-3
     gathers, accelerate offload and user hooks would be skipped)."""
     if not lean_applies(model) or torch.is_autocast_enabled(device.type):
         return False
@@ -227,8 +229,8 @@ class TokenLogps:
 
 class PolicyLogps:
     """Per-token logprobs of rollout rows under a model, at the run's temperature, on `device`, under autocast
-    when `autocast_dtype` is set. Rows of whole groups share their prompt's pass unless gradient checkpointing
-    runs each sequence whole."""
+    when `autocast_dtype` is set. Rows of whole groups share their prompt's pass (the lean pass packs them; the
+    model's forward shares the prompt's cache unless gradient checkpointing turns the cache off)."""
 
     def __init__(self, device: torch.device, autocast_dtype: torch.dtype | None, temperature: float,
                  group_size: int | None, chunk_tokens: int = 0):

@@ -98,8 +98,7 @@ class GRPOTrainer:
         self.scorer = RewardScorer(spec.rewards, base_dir=base_dir, device=str(self.device))
         self._closers.append(self.scorer.close)
         self.logps = PolicyLogps(self.device, self.autocast_dtype, spec.rollout.temperature,
-                                 None if spec.model.gradient_checkpointing else spec.rollout.num_generations,
-                                 a.logprob_chunk_tokens)
+                                 spec.rollout.num_generations, a.logprob_chunk_tokens)
         self.entropy_control = grpo.EntropyControl(a.entropy_coef, a.use_adaptive_entropy, a.entropy_target,
                                                    a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max)
 
