@@ -324,3 +324,15 @@ def test_logprob_chunk_tokens_reaches_the_pass_and_changes_no_number(tmp_path: P
     for a, b in zip(metrics(whole), metrics(sliced), strict=True):
         assert a["reward"] == b["reward"]
         assert b["loss"] == pytest.approx(a["loss"], abs=1e-6) and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+
+
+@pytest.mark.parametrize("finetune", ["full", "lora"])
+def test_gradient_checkpointing_trains_the_same_run(tmp_path: Path, finetune: str) -> None:
+    """model.gradient_checkpointing on the lean pass (full) and the transformers forward (LoRA): the same rewards,
+    loss and gradient norm as without, to float rounding."""
+    extra = ["algorithm.max_steps=2", f"model.finetune={finetune}"]
+    plain, _ = train(tmp_path / "a", *extra)
+    ckpt, _ = train(tmp_path / "b", *extra, "model.gradient_checkpointing=true")
+    for a, b in zip(metrics(plain), metrics(ckpt), strict=True):
+        assert a["reward"] == b["reward"]
+        assert b["loss"] == pytest.approx(a["loss"], abs=1e-6) and b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
