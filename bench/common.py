@@ -39,8 +39,9 @@ def run_ours(spec: RunSpec, on_step: Any = None) -> list[dict[str, Any]]:
 
 
 def trl_trainer(spec: RunSpec, callbacks: list[Any] | None = None, gpu: bool = False):
-    """TRL's GRPOTrainer configured like `spec`: float32 weights, no gradient checkpointing (its default, which
-    recomputes every activation), and bf16 autocast exactly when ours has it (spec.model.dtype bfloat16) or on a GPU."""
+    """TRL's GRPOTrainer configured like `spec`: float32 weights, gradient checkpointing as ours has it
+    (spec.model.gradient_checkpointing), and bf16 autocast exactly when ours has it (spec.model.dtype bfloat16) or on
+    a GPU."""
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -54,7 +55,8 @@ def trl_trainer(spec: RunSpec, callbacks: list[Any] | None = None, gpu: bool = F
     rewards = [BUILTIN_REWARDS[f.name].bind(f.params) for f in spec.rewards.functions]
     out = tempfile.mkdtemp(prefix="trl-bench-")
     cfg = GRPOConfig(
-        output_dir=out, use_cpu=not gpu, bf16=gpu or spec.model.dtype == "bfloat16", fp16=False, gradient_checkpointing=False,
+        output_dir=out, use_cpu=not gpu, bf16=gpu or spec.model.dtype == "bfloat16", fp16=False,
+        gradient_checkpointing=spec.model.gradient_checkpointing,
         per_device_train_batch_size=spec.completions_per_step // a.gradient_accumulation_steps,
         gradient_accumulation_steps=a.gradient_accumulation_steps, num_generations=r.num_generations,
         max_completion_length=r.max_completion_length, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,

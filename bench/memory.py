@@ -1,11 +1,13 @@
 """Memory and speed at a real vocabulary: ours and TRL's trainer, each in a process of its own.
 
     python -m bench.memory [--vocab 151936] [--tokens 128 1024] [--trainers ours trl] [--steps 3] [--cap-gb 16]
+                           [--set model.gradient_checkpointing=true ...]
 
 The model is a random-initialised Qwen2 of the shipped tiny model's size (hidden 256, 4 layers, untied head, as
 Qwen2.5 >= 1.5B) with a `--vocab`-token vocabulary: the tiny tokenizer's characters plus synthetic tokens
 ("<123>"), so completions decode to distinct text and a character repetition reward tells them apart (every
-group trains in both trainers). 4 prompts x 8 completions of `--tokens` tokens, float32, one thread.
+group trains in both trainers). 4 prompts x 8 completions of `--tokens` tokens, float32, one thread. `--set`
+applies RunSpec overrides to both trainers (TRL's through the same translation, bench.common.trl_trainer).
 
 For each run it prints the peak RSS, the floor every trainer shares (the process after its imports, plus
 weights, gradients and AdamW's two moments: 4 x 4 bytes per parameter), the peak above that floor, and the
@@ -55,22 +57,22 @@ def make_model(dest: Path, vocab: int) -> Path:
     return dest
 
 
-def spec_for(model: Path, tokens: int, steps: int):
+def spec_for(model: Path, tokens: int, steps: int, overrides: list[str] = ()):
     from backend.spec import RewardFunction
     from bench.common import tiny_spec
 
     spec = tiny_spec([f"model.name_or_path={model}", f"algorithm.max_steps={steps}", "algorithm.prompts_per_step=4",
                       "rollout.num_generations=8", f"rollout.max_completion_length={tokens}", "algorithm.replay_solved=false",
-                      "algorithm.skip_solved_prompts=0", "resources.num_threads=1"])
+                      "algorithm.skip_solved_prompts=0", "resources.num_threads=1", *overrides])
     spec.rewards.functions = [RewardFunction(name="repetition", params={"unit": "char", "ngram_size": 1})]
     return spec
 
 
-def child(trainer: str, model: Path, tokens: int, steps: int) -> None:
+def child(trainer: str, model: Path, tokens: int, steps: int, overrides: list[str]) -> None:
     import torch
 
     torch.set_num_threads(1)
-    spec = spec_for(model, tokens, steps)
+    spec = spec_for(model, tokens, steps, overrides)
     import transformers  # noqa: F401 - imports count in the floor, as they would in any trainer process
 
     if trainer == "trl":
@@ -103,9 +105,11 @@ def child(trainer: str, model: Path, tokens: int, steps: int) -> None:
     print(json.dumps({"peak": peak, "floor": floor, "s_per_step": per_step, "phases_gb": phases}), flush=True)
 
 
-def measure(trainer: str, model: Path, tokens: int, steps: int, cap: float) -> dict[str, float | str]:
-    proc = subprocess.Popen([sys.executable, "-m", "bench.memory", "--child", trainer, "--model", str(model),
-                             "--tokens", str(tokens), "--steps", str(steps)], cwd=ROOT, stdout=subprocess.PIPE,
+def measure(trainer: str, model: Path, tokens: int, steps: int, cap: float, overrides: list[str]
+            ) -> dict[str, float | str]:
+    cmd = [sys.executable, "-m", "bench.memory", "--child", trainer, "--model", str(model), "--tokens", str(tokens),
+           "--steps", str(steps), *(f"--set={o}" for o in overrides)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     seen = 0
     while proc.poll() is None:
@@ -132,20 +136,22 @@ def main() -> None:
     ap.add_argument("--trainers", nargs="+", choices=["ours", "trl"], default=["ours", "trl"])
     ap.add_argument("--steps", type=int, default=3, help="optimizer steps per run (the first is not timed)")
     ap.add_argument("--cap-gb", type=float, default=16.0)
+    ap.add_argument("--set", action="append", default=[], help="a RunSpec override for both trainers (repeatable)")
     ap.add_argument("--child", choices=["ours", "trl"], help=argparse.SUPPRESS)
     ap.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.model, args.tokens[0], args.steps)
+        child(args.child, args.model, args.tokens[0], args.steps, args.set)
         return
     with tempfile.TemporaryDirectory() as tmp:
         model = make_model(Path(tmp) / "model", args.vocab)
-        print(f"vocabulary {args.vocab}, 4 x 8 completions, {args.steps} steps per run, cap {args.cap_gb:.0f} GB")
+        print(f"vocabulary {args.vocab}, 4 x 8 completions, {args.steps} steps per run, cap {args.cap_gb:.0f} GB"
+              + (f", {' '.join(args.set)}" if args.set else ""))
         print(f"{'tokens':>6} {'trainer':>7} {'peak GB':>8} {'floor GB':>8} {'above GB':>8} {'s/step':>7}  status")
         results: dict[tuple[int, str], dict] = {}
         for tokens in args.tokens:
             for trainer in args.trainers:
-                r = measure(trainer, model, tokens, args.steps, args.cap_gb * GB)
+                r = measure(trainer, model, tokens, args.steps, args.cap_gb * GB, args.set)
                 results[tokens, trainer] = r
                 if r["status"] == "ok":
                     phases = " ".join(f"{k} {v:.2f}" for k, v in r.get("phases_gb", {}).items())
