@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from backend.data import SUPPORTED_DATA_SUFFIXES, is_hub_id, scan_source, split_source, template_columns
+from backend.footprint import memory_issues
 from backend.machine import Machine, deepspeed_installed, engines_in, hub_cached, torchvision_error
 from backend.rewards.plugins import plugin_reward_names
 from backend.rewards.registry import BUILTIN_REWARDS
@@ -428,6 +429,7 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
     if spec.on_gpu(n > 0) and n and not res.train_gpus and res.ranks_per_node > n:
         issues.append(SpecIssue("resources.nproc_per_node", f"{res.ranks_per_node} ranks need as many GPUs "
                                                             f"(this machine has {n}); list them in train_gpus"))
+    issues += memory_issues(spec, base_dir, machine)  # backend.footprint: the estimate against this machine
     return issues
 
 

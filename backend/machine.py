@@ -30,6 +30,7 @@ class Machine:
     gpus: tuple[GPU, ...] = ()
     engines: frozenset[str] = frozenset({"hf"})
     hub_reachable: bool = False
+    ram_gib: float = 0.0  # the host's memory (0 = unknown: backend.footprint refuses nothing on it)
 
     @staticmethod
     def detect() -> Machine:
@@ -126,4 +127,6 @@ def hub_cached(repo_id: str) -> bool:
 
 @lru_cache(maxsize=1)
 def _detect_machine() -> Machine:
-    return Machine(detect_gpus(), installed_engines(), hub_reachable())
+    import psutil
+
+    return Machine(detect_gpus(), installed_engines(), hub_reachable(), psutil.virtual_memory().total / 2**30)

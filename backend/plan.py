@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend import checks
+from backend.footprint import footprint, spec_shape
 from backend.machine import Machine
 from backend.spec import RunSpec, SpecIssue
 
@@ -48,14 +49,14 @@ def gpu_roles(spec: RunSpec, machine: Machine) -> dict[int, str]:
 
 
 def memory_estimate(spec: RunSpec, params: int, machine: Machine) -> list[str]:
-    """Rough GiB per GPU from the parameter count, dtype and the engine's memory fraction (a planning aid)."""
+    """The engine's share of each GPU from the parameter count, dtype and memory fraction (a planning aid; the
+    training process's parts are backend.footprint's)."""
     r, m = spec.rollout, spec.model
     gib = 1024 ** 3
     b = _BYTES.get(m.dtype, 2)
     train = params * (16 if m.finetune == "full" else b) / gib  # full: fp32 master + grad + Adam moments
     engine = params * b / r.tensor_parallel_size / gib
-    lines = [f"memory ≈ {train:.1f} GiB for training ({m.finetune}), {engine:.1f} GiB of weights per rollout GPU "
-             f"(+ KV cache up to {r.gpu_memory_utilization:.0%} of the GPU)"]
+    lines = [f"{engine:.1f} GiB of weights per rollout GPU (+ KV cache up to {r.gpu_memory_utilization:.0%} of the GPU)"]
     mem = min((g.memory_gib for g in machine.gpus), default=0.0)
     if mem:
         budget = mem * r.gpu_memory_utilization
@@ -126,6 +127,9 @@ def plan(spec: RunSpec, machine: Machine, base_dir: str | Path = ".", params: in
                          + (f", DeepSpeed ZeRO-{res.deepspeed_stage}" if res.deepspeed_stage else ""))
         if params:
             lines += memory_estimate(spec, params, machine)
+    shape = spec_shape(spec, base_dir)
+    if shape is not None:  # the training process's parts (backend.footprint), after where things run
+        lines.append(footprint(spec, shape).line())
     lines.append(weight_sync_line(spec, on_gpu))
     if r.async_generation:
         lines.append(f"async: sampling up to {r.max_staleness} update(s) ahead of training (off-policy by at most "

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from backend.footprint import auto_chunk
 from backend.train.grpo import selective_log_softmax, token_entropy
-from backend.train.token_logps import auto_chunk, token_logps
+from backend.train.token_logps import token_logps
 
 
 def _plain(h, w, b, t, T):

@@ -235,7 +235,7 @@ class PolicyLogps:
     def __init__(self, device: torch.device, autocast_dtype: torch.dtype | None, temperature: float,
                  group_size: int | None, chunk_tokens: int = 0):
         self.device, self.autocast_dtype, self.temperature, self.group_size = device, autocast_dtype, temperature, group_size
-        self.chunk_tokens = chunk_tokens  # tokens per LM-head slice (0: sized from the vocabulary, token_logps.auto_chunk)
+        self.chunk_tokens = chunk_tokens  # tokens per LM-head slice (0: sized from the vocabulary, footprint.auto_chunk)
 
     def __call__(self, model, ro: Rollout, rows: slice | torch.Tensor, want_entropy: bool = False,
                  entropy_grad: bool = False) -> TokenLogps:

@@ -20,13 +20,7 @@ import contextlib
 
 import torch
 
-ENTRY_BYTES = 4  # float32 logits (the slices' softmax runs in float32 at least)
-
-
-def auto_chunk(vocab_size: int, budget_mb: int = 256) -> int:
-    """Tokens per slice so that one slice's logits, their softmax and the backward's copy (~3 x chunk x V floats)
-    stay within `budget_mb`; at least 16 tokens."""
-    return max(16, (budget_mb << 20) // (3 * ENTRY_BYTES * max(1, vocab_size)))
+from backend.footprint import auto_chunk  # the slice size is the memory model's (the planner counts the same)
 
 
 class _ChunkedTokenLogps(torch.autograd.Function):
@@ -97,7 +91,7 @@ def token_logps(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
                 temperature: float = 1.0, want_entropy: bool = False, chunk: int = 0,
                 entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs of `targets` (and entropies) under softmax(hidden W^T + b) / T, `chunk` tokens at a time
-    (0: auto_chunk for W's vocabulary)."""
+    (0: footprint.auto_chunk for W's vocabulary)."""
     chunk = chunk or auto_chunk(weight.shape[0])
     logps, ent, _ = _ChunkedTokenLogps.apply(hidden, weight, bias, targets, float(temperature), want_entropy, chunk,
                                              entropy_grad and torch.is_grad_enabled())
