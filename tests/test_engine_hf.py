@@ -172,15 +172,16 @@ def test_inverse_cdf_draws_exactly_from_the_distribution() -> None:
     gens = [torch.Generator().manual_seed(1)]
     counts = torch.zeros_like(probs)
     for _ in range(draws // 100):
-        picked = inverse_cdf(probs.repeat_interleave(100, 0), gens, 200)
+        picked, lse = inverse_cdf(probs.log().repeat_interleave(100, 0), gens, 200)
         counts.index_put_((torch.arange(2).repeat_interleave(100), picked), torch.ones(200), accumulate=True)
     assert counts[probs == 0].sum() == 0
+    torch.testing.assert_close(lse, torch.zeros(200))  # log of a distribution's total, 1
     expected = probs * draws
     live = probs > 0
     chi2 = float((((counts - expected) ** 2)[live] / expected[live]).sum())
     assert chi2 < 20.5, chi2  # 4 degrees of freedom: p < 0.0005 under the exact distribution
     # a group's tokens do not change when another group's seed or presence changes
     flat = torch.full((3, 1000), 1e-3)
-    a = inverse_cdf(flat, [torch.Generator().manual_seed(5), torch.Generator().manual_seed(6), None], 1)
-    b = inverse_cdf(flat, [torch.Generator().manual_seed(5), torch.Generator().manual_seed(7), None], 1)
-    assert a[0] == b[0] and inverse_cdf(flat[:1], [torch.Generator().manual_seed(5)], 1)[0] == a[0]
+    a = inverse_cdf(flat.log(), [torch.Generator().manual_seed(5), torch.Generator().manual_seed(6), None], 1)[0]
+    b = inverse_cdf(flat.log(), [torch.Generator().manual_seed(5), torch.Generator().manual_seed(7), None], 1)[0]
+    assert a[0] == b[0] and inverse_cdf(flat[:1].log(), [torch.Generator().manual_seed(5)], 1)[0][0] == a[0]

@@ -43,35 +43,41 @@ def sample_next(logits: torch.Tensor, sp: SamplingParams, gen: torch.Generator |
                 never: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row and its logprob under logits / T (before filtering, as the trainer scores it).
 
-    Greedy (top_k = 1) is an argmax; unfiltered sampling reuses the log-softmax for the probabilities
-    instead of a second softmax; top-k / top-p filter first. `never`: token ids never sampled (a VLM's
-    image placeholders), a filter like top-k, so the reported logprob stays unfiltered. `gen` a list: one
-    generator per group of sp.n consecutive rows (per-group seeds, see base.group_seeds).
+    Greedy (top_k = 1) is an argmax; top-k / top-p filter first; unfiltered sampling draws straight from the
+    logits (inverse_cdf), whose cumulative sum also gives the log-sum-exp the logprob needs, so no log-softmax
+    or probability tensor is made. `never`: token ids never sampled (a VLM's image placeholders), a filter like
+    top-k, so the reported logprob stays unfiltered. `gen` a list: one generator per group of sp.n consecutive
+    rows (per-group seeds, see base.group_seeds).
     """
-    logp_all = (logits if sp.temperature == 1.0 else logits / sp.temperature).log_softmax(-1)  # x / 1 == x
-    pick = logp_all if never is None else logp_all.index_fill(-1, never, float("-inf"))
+    z = logits if sp.temperature == 1.0 else logits / sp.temperature  # x / 1 == x
+    pick = z if never is None else z.index_fill(-1, never, float("-inf"))
+    groups = gen if isinstance(gen, list) else [gen]
     if sp.top_k == 1:
-        nxt = pick.argmax(-1)
+        nxt, lse = pick.argmax(-1), torch.logsumexp(z, -1)
+    elif sp.top_k or sp.top_p < 1.0 or never is not None:
+        nxt, _ = inverse_cdf(filter_logits(pick, sp.top_k, sp.top_p), groups, len(z) // len(groups))
+        lse = torch.logsumexp(z, -1)
     else:
-        if sp.top_k or sp.top_p < 1.0 or never is not None:
-            probs = filter_logits(pick, sp.top_k, sp.top_p).softmax(-1)  # log-softmax shifts, filters agree
-        else:
-            probs = logp_all.exp()
-        groups = gen if isinstance(gen, list) else [gen]
-        nxt = inverse_cdf(probs, groups, len(probs) // len(groups))
-    return nxt, logp_all.gather(-1, nxt[:, None]).squeeze(-1)
+        nxt, lse = inverse_cdf(z, groups, len(z) // len(groups))
+    return nxt, z.gather(-1, nxt[:, None]).squeeze(-1) - lse
 
 
-def inverse_cdf(probs: torch.Tensor, gens: list[torch.Generator | None], n: int) -> torch.Tensor:
-    """One token per row, drawn exactly from `probs` (B, V) by inverting the row's cumulative sum (float64) at a
-    uniform draw; rows p*n .. p*n+n-1 draw from group p's generator, so a group samples the same tokens whatever
-    else is in the batch (how a batch is split over workers or chunks does not matter). One random number per row:
-    the exponential race drew one per vocabulary entry, which at 151,936 entries cost 5-9x the decode step's LM
-    head product on CPU; torch.multinomial as much. Zero-probability (filtered) tokens are never drawn."""
-    u = torch.cat([torch.rand(n, generator=g, dtype=torch.float64, device=probs.device) for g in gens])
-    cdf = probs.double().cumsum(-1)
-    picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
-    return picked.clamp(max=probs.shape[-1] - 1)  # u * total rounds up to the total only at float64's last bit
+def inverse_cdf(scores: torch.Tensor, gens: list[torch.Generator | None], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row, drawn exactly from softmax(scores) (B, V; -inf = never), and each row's log-sum-exp.
+
+    The row's cumulative sum of exp(scores - max) (float64) is inverted at a uniform draw; rows p*n .. p*n+n-1
+    draw from group p's generator, so a group samples the same tokens whatever else is in the batch (how a batch
+    is split over workers or chunks does not matter). One random number per row: the exponential race drew one
+    per vocabulary entry, which at 151,936 entries cost 5-9x the decode step's LM head product on CPU, and
+    torch.multinomial as much; three passes over the logits (max, exp, cumsum) where log-softmax, exp and the
+    draw took five."""
+    top = scores.amax(-1, keepdim=True)
+    cdf = (scores - top).exp_().double().cumsum_(-1)
+    total = cdf[:, -1:]
+    u = torch.cat([torch.rand(n, generator=g, dtype=torch.float64, device=scores.device) for g in gens])
+    picked = torch.searchsorted(cdf, u[:, None] * total, right=True).squeeze(-1)
+    lse = (top + total.log().to(scores.dtype)).squeeze(-1)
+    return picked.clamp_(max=scores.shape[-1] - 1), lse  # u * total reaches the total only at float64's last bit
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
