@@ -6,8 +6,13 @@ One job, two layers, so no rule lives in two places:
   a GPU split. The presets for GPU clusters pass it on any machine.
 - `check_machine(spec, machine)`: can it start on this machine: engines installed, GPUs visible,
   the hub reachable for hub ids that are not cached.
-`check(spec, base_dir, machine)` is both, and is what the CLI, the launcher and the studio's form
-and planner call: a spec the planner calls OK is a spec the launcher starts. Every message names
+`check(spec, base_dir, machine, workspace)` is both, and is what the CLI, the launcher (Start and
+Resume alike) and the studio's form and planner call: a spec the planner calls OK is a spec the
+launcher starts. With a workspace, every path must stay inside it (`confinement_issues`), and a spec
+with one that leaves it is refused on that alone, before anything else reads the path: the message
+never tells whether a file exists outside. Another interpreter (rollout.worker_python) is run to list
+its engines only when the caller says so (`run_interpreters`: Start and Resume, never a change of the
+form). Resume checks a run directory's frozen spec the same way (`check_resume`). Every message names
 the field it is about. Probing the machine is `backend.machine`'s; wording the layout is
 `backend.plan`'s; the runtime predicates the rules share (workers or not, on GPU or not) and the
 loss types' properties are RunSpec's (`backend.spec`), which the trainer reads too.
@@ -23,7 +28,9 @@ from backend.data import SUPPORTED_DATA_SUFFIXES, is_hub_id, scan_source, split_
 from backend.machine import Machine, deepspeed_installed, engines_in, hub_cached, torchvision_error
 from backend.rewards.plugins import plugin_reward_names
 from backend.rewards.registry import BUILTIN_REWARDS
-from backend.spec import CLIPPED_LOSS_TYPES, LOSS_TYPES, RunSpec, SpecError, SpecIssue
+from backend.rundir import RunDir
+from backend.spec import CLIPPED_LOSS_TYPES, LOSS_TYPES, RunSpec, SpecError, SpecIssue, load_spec
+from backend.workspace import Workspace
 
 # ----------------------------------------------------------------------------- well-formed anywhere
 
@@ -387,8 +394,10 @@ def _check_deepspeed_config(path: Path, issues: list[SpecIssue]) -> None:
 # ----------------------------------------------------------------------------- runnable here
 
 
-def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -> list[SpecIssue]:
-    """What keeps a well-formed spec from starting on `machine`."""
+def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".",
+                  run_interpreters: bool = True) -> list[SpecIssue]:
+    """What keeps a well-formed spec from starting on `machine`. `run_interpreters` False: rollout.worker_python
+    is not run (its engines are checked at Start), as a program named in a form must not run on a keystroke."""
     issues: list[SpecIssue] = []
     r, res = spec.rollout, spec.resources
     m = spec.model.name_or_path.strip()
@@ -398,10 +407,11 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
     if r.worker_urls:
         pass  # the workers' machines hold the engine; the trainer checks each one's health when it connects
     elif r.worker_python:
-        engines = engines_in(r.worker_python) if Path(r.worker_python).is_file() else None
-        if engines is None:
+        python = _local(Path(base_dir), r.worker_python)
+        engines = engines_in(str(python)) if run_interpreters and python.is_file() else None
+        if not python.is_file() or (engines is None and run_interpreters):
             issues.append(SpecIssue("rollout.worker_python", f"{r.worker_python} is not a Python interpreter that runs"))
-        elif r.engine not in engines:
+        elif engines is not None and r.engine not in engines:
             issues.append(SpecIssue("rollout.engine", f"engine {r.engine!r} is not installed in {r.worker_python} "
                                                       f"(it has: {', '.join(sorted(engines)) or 'none'})"))
     elif r.engine not in machine.engines:
@@ -410,8 +420,8 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
             if r.engine == "vllm" and not machine.gpus else ""
         issues.append(SpecIssue("rollout.engine", f"engine {r.engine!r} is not installed here "
                                                   f"(available: {', '.join(sorted(machine.engines))}){hint}"))
-    vllm_python = r.worker_python or sys.executable  # where vLLM runs (a missing interpreter is reported above)
-    if r.engine == "vllm" and not r.worker_urls and Path(vllm_python).is_file() and (
+    vllm_python = str(_local(Path(base_dir), r.worker_python)) if r.worker_python else sys.executable  # where vLLM runs
+    if r.engine == "vllm" and not r.worker_urls and Path(vllm_python).is_file() and (run_interpreters or not r.worker_python) and (
             spec.data.images_column or spec.data.videos_column or spec.data.audios_column):
         issues += _vllm_media_issues(spec, vllm_python)
     n = len(machine.gpus)
@@ -461,17 +471,58 @@ def _vllm_media_issues(spec: RunSpec, python: str) -> list[SpecIssue]:
     return issues
 
 
-def check(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None) -> list[SpecIssue]:
-    """Everything that decides whether `spec` starts on `machine` (this one by default)."""
+def confinement_issues(spec: RunSpec, workspace: Workspace) -> list[SpecIssue]:
+    """Paths in the spec that leave the workspace: files it reads, plugins and interpreters it runs, the runs
+    folder it writes. Hub ids are fine where a download is meant (model, data, a reward model)."""
+    refs = [("model.name_or_path", spec.model.name_or_path, True)]
+    refs += [("data.sources", s, True) for s in spec.data.sources]
+    refs += [("data.eval_sources", s, True) for s in spec.data.eval_sources]
+    refs += [("rewards.plugins", p, False) for p in spec.rewards.plugins]
+    refs += [("rewards.functions", f.params["path"], True) for f in spec.rewards.functions
+             if f.name == "reward_model" and isinstance(f.params.get("path"), str)]
+    refs += [("rollout.worker_python", spec.rollout.worker_python, False),
+             ("resources.deepspeed_config", spec.resources.deepspeed_config, False),
+             ("output.runs_dir", spec.output.runs_dir, False)]
+    out = []
+    for fld, ref, hub in refs:
+        msg = workspace.check_ref(ref, allow_hub=hub) if str(ref).strip() else None
+        if msg:
+            out.append(SpecIssue(fld, msg))
+    return out
+
+
+def check(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None,
+          workspace: Workspace | None = None, run_interpreters: bool = True) -> list[SpecIssue]:
+    """Everything that decides whether `spec` starts on `machine` (this one by default). `workspace`: the roots
+    its paths must stay in (None: the operator's own config on the command line, unconfined); base_dir is
+    then its root."""
+    if workspace is not None:
+        outside = confinement_issues(spec, workspace)
+        if outside:  # nothing reads or runs a path outside, so no message says whether it exists there
+            return outside
     issues = check_spec(spec, base_dir)
     seen = {(i.field, i.message) for i in issues}
-    return issues + [i for i in check_machine(spec, machine or Machine.detect(), base_dir)
+    return issues + [i for i in check_machine(spec, machine or Machine.detect(), base_dir, run_interpreters)
                      if (i.field, i.message) not in seen]
 
 
-def validate_or_raise(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None) -> RunSpec:
-    issues = check(spec, base_dir, machine)
+def validate_or_raise(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None,
+                      workspace: Workspace | None = None) -> RunSpec:
+    """`spec` when `check` finds nothing (interpreters run: this is Start or Resume), else SpecError."""
+    issues = check(spec, base_dir, machine, workspace)
     if issues:
         raise SpecError(issues)
     return spec
 
+
+
+def resume_workspace(run: RunDir, base_dir: str | Path, allow: list[str | Path] | None = None) -> Workspace:
+    """Where a resumed run's paths may lead when the caller names no workspace: base_dir, the runs folder
+    holding the run (its checkpoints) and the roots the operator allowed; never what the run's files say."""
+    return Workspace(Path(base_dir), [run.path.resolve().parent, *map(Path, allow or [])])
+
+
+def check_resume(run: RunDir, workspace: Workspace) -> RunSpec:
+    """A run directory's frozen spec, checked as Start checks a spec, confined to `workspace` (whose root its
+    relative paths resolve against). A copied run directory is untrusted: SpecError names what it may not do."""
+    return validate_or_raise(load_spec(run.spec_path), workspace.root, workspace=workspace)

@@ -1,0 +1,143 @@
+"""Hostile input: a spec nobody vetted (a form reachable from a network, a run directory copied into runs/)
+cannot make the studio or the trainer read, load or run anything outside the workspace.
+
+Each case is refused before anything runs, with the field named; a marker file that the hostile program
+would write shows that it never ran.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.form import spec_to_values, validate_values
+from app.paths import Workspace
+from backend import launcher
+from backend.checks import check_resume, resume_workspace
+from backend.project import child_env
+from backend.rundir import RunDir
+from backend.spec import SpecError, load_spec, save_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "presets" / "tiny-cpu.yaml"
+
+
+def _workspace(tmp_path: Path) -> Path:
+    """A workspace holding a copy of the tiny model and its data, and a runs folder."""
+    ws = tmp_path / "ws"
+    (ws / "runs").mkdir(parents=True)
+    for name in ("tiny-add", "data"):
+        shutil.copytree(ROOT / "assets" / name, ws / "assets" / name)
+    return ws
+
+
+def _hostile_program(where: Path, marker: Path) -> Path:
+    """An executable script that leaves `marker` behind when it runs."""
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    where.chmod(0o755)
+    return where
+
+
+def _copied_run(ws: Path, overrides: list[str]) -> RunDir:
+    """A stopped run directory as someone could copy it into runs/: spec.yaml and status.json, nothing else."""
+    run = RunDir(ws / "runs" / "20260101-000000-copied-beef")
+    run.path.mkdir(parents=True)
+    save_spec(load_spec(TINY, overrides), run.spec_path)
+    run.write_status(state="stopped", step=3, base_dir="/")  # base_dir "/" would put every path "inside"
+    return run
+
+
+def _hostile_resumes(tmp_path: Path) -> list[tuple[list[str], str]]:
+    outside = tmp_path / "outside"
+    marker = tmp_path / "ran"
+    plugin = outside / "evil.py"
+    plugin.parent.mkdir(parents=True, exist_ok=True)
+    plugin.write_text(f"open({str(marker)!r}, 'w').close()\n\ndef evil(completions, **kw):\n    return [0.0] * len(completions)\n")
+    script = _hostile_program(outside / "python", marker)
+    return [([f"rewards.plugins=[{plugin}]", "rewards.functions=[{name: exact_match}, {name: evil}]"], "rewards.plugins"),
+            (["rollout.placement=separate", f"rollout.worker_python={script}"], "rollout.worker_python"),
+            ([f"model.name_or_path={ROOT / 'assets' / 'tiny-add'}"], "model.name_or_path")]
+
+
+@pytest.mark.parametrize("case", [0, 1, 2], ids=["plugin-outside", "worker-python-outside", "model-outside"])
+def test_resume_of_a_copied_run_runs_starts_check(tmp_path: Path, case: int) -> None:
+    ws = _workspace(tmp_path)
+    overrides, field = _hostile_resumes(tmp_path)[case]
+    run = _copied_run(ws, overrides)
+    with pytest.raises(SpecError) as err:
+        launcher.resume(run, ws)
+    assert [i.field for i in err.value.issues] == [field] and "outside the workspace" in str(err.value)
+    assert run.read_status()["state"] == "stopped" and "pid" not in run.read_status()  # nothing was spawned
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("case", [0, 1, 2], ids=["plugin-outside", "worker-python-outside", "model-outside"])
+def test_cli_resume_runs_starts_check(tmp_path: Path, case: int) -> None:
+    ws = _workspace(tmp_path)
+    overrides, field = _hostile_resumes(tmp_path)[case]
+    run = _copied_run(ws, overrides)
+    proc = subprocess.run([sys.executable, "-m", "backend.train", "--resume", str(run.path)], cwd=ws,
+                          capture_output=True, text=True, timeout=120, env=child_env())
+    assert proc.returncode == 2, proc.stderr
+    assert f"- {field}:" in proc.stderr and "outside the workspace" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_resume_inside_the_workspace_passes_the_same_check(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    run = _copied_run(ws, [])
+    assert check_resume(run, resume_workspace(run, ws)).model.name_or_path == "assets/tiny-add"
+
+
+def test_form_never_runs_the_worker_interpreter(tmp_path: Path) -> None:
+    """Validating the form (every change) does not run rollout.worker_python, even one inside the workspace."""
+    ws = _workspace(tmp_path)
+    script = _hostile_program(ws / "envs" / "python", tmp_path / "ran")
+    spec = load_spec(TINY, ["rollout.placement=separate", f"rollout.worker_python={script}", "output.runs_dir=runs"])
+    validate_values(spec_to_values(spec), ws, Workspace(ws))
+    assert not (tmp_path / "ran").exists()
+
+
+def test_worker_interpreter_outside_is_refused_at_start_without_running(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    script = _hostile_program(tmp_path / "outside" / "python", tmp_path / "ran")
+    spec = load_spec(TINY, ["rollout.placement=separate", f"rollout.worker_python={script}", "output.runs_dir=runs"])
+    v = validate_values(spec_to_values(spec), ws, Workspace(ws))
+    assert any("outside the workspace" in m for m in v.by_field.get("rollout.worker_python", [])), v.by_field
+    with pytest.raises(SpecError) as err:
+        launcher.launch(spec, ws, workspace=Workspace(ws))
+    assert [i.field for i in err.value.issues] == ["rollout.worker_python"]
+    assert not (tmp_path / "ran").exists() and not any((ws / "runs").iterdir())
+
+
+def test_deepspeed_config_outside_is_confined_and_does_not_tell_whether_it_exists(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    real = tmp_path / "outside" / "secret.json"
+    real.parent.mkdir(parents=True)
+    real.write_text("[1]")
+
+    def messages(path: Path) -> list[str]:
+        spec = load_spec(TINY, ["resources.deepspeed_stage=1", f"resources.deepspeed_config={path}", "output.runs_dir=runs"])
+        v = validate_values(spec_to_values(spec), ws, Workspace(ws))
+        return [m.replace(str(path), "PATH") for m in v.by_field.get("resources.deepspeed_config", [])]
+
+    there, missing = messages(real), messages(real.with_name("missing.json"))
+    assert there == missing and len(there) == 1 and "outside the workspace" in there[0]
+
+
+def test_a_link_out_of_the_workspace_is_a_path_not_a_hub_id(tmp_path: Path) -> None:
+    """With the workspace elsewhere than the working directory, dir/file.jsonl linking outside is confined."""
+    ws = _workspace(tmp_path)
+    (ws / "dir").mkdir()
+    os.symlink(ROOT / "assets" / "data" / "add_train.jsonl", ws / "dir" / "file.jsonl")
+    assert Path.cwd() != ws
+    spec = load_spec(TINY, ["data.sources=[dir/file.jsonl]", "data.eval_sources=[]", "output.eval_steps=0",
+                            "output.runs_dir=runs"])
+    v = validate_values(spec_to_values(spec), ws, Workspace(ws))
+    assert any("outside the workspace" in m for m in v.by_field.get("data.sources", [])), v.by_field
