@@ -141,3 +141,65 @@ def test_a_link_out_of_the_workspace_is_a_path_not_a_hub_id(tmp_path: Path) -> N
                             "output.runs_dir=runs"])
     v = validate_values(spec_to_values(spec), ws, Workspace(ws))
     assert any("outside the workspace" in m for m in v.by_field.get("data.sources", [])), v.by_field
+
+
+# ----------------------------------------------------------------------------- the rollout worker's port
+
+
+def test_rollout_worker_speaks_data_only_and_an_idle_connection_blocks_no_one(tmp_path: Path, monkeypatch) -> None:
+    """A worker started by hand: a silent TCP connection neither blocks a real client nor stays past the
+    handshake timeout, and a client holding the key that sends a pickle gets an error, not code run."""
+    import pickle
+    import signal
+    import socket
+    import time
+    from multiprocessing.connection import Client
+
+    from backend.rollout.worker import HANDSHAKE_TIMEOUT_S, RolloutWorkerError, connect_worker
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log_path = tmp_path / "w.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "backend.rollout.worker", "--engine", "hf", "--model",
+                                 str(ROOT / "assets" / "tiny-add"), "--listen", f"127.0.0.1:{port}"], stdout=log,
+                                stderr=subprocess.STDOUT, env=child_env({"GRPO_WORKER_AUTHKEY": "s3cret"}),
+                                start_new_session=True)
+    try:
+        t0 = time.time()
+        while "GRPO-WORKER-READY" not in log_path.read_text():
+            assert proc.poll() is None and time.time() - t0 < 120, log_path.read_text()
+            time.sleep(0.2)
+        idle = socket.create_connection(("127.0.0.1", port))  # never answers the challenge
+        monkeypatch.setenv("GRPO_WORKER_AUTHKEY", "s3cret")
+        t0 = time.time()
+        h = connect_worker(f"127.0.0.1:{port}", "remote", timeout_s=30)
+        assert h.health()["engine"] == "hf" and time.time() - t0 < 5  # not held up by the idle connection
+
+        marker = tmp_path / "ran"
+
+        class Payload:
+            def __reduce__(self):  # what unpickling would run
+                return (open, (str(marker), "w"))
+
+        evil = Client(("127.0.0.1", port), authkey=b"s3cret")
+        evil.send_bytes(pickle.dumps({"op": "health", "args": {"x": Payload()}}))
+        assert evil.poll(10) and b"WireError" in evil.recv_bytes()
+        evil.close()
+        assert not marker.exists() and h.health()["engine"] == "hf"
+
+        idle.settimeout(HANDSHAKE_TIMEOUT_S + 10)
+        data = b""
+        while chunk := idle.recv(4096):  # the challenge, then EOF once the handshake timeout has passed
+            data += chunk
+        assert data and time.time() - t0 < HANDSHAKE_TIMEOUT_S + 10
+        idle.close()
+        with pytest.raises(RolloutWorkerError, match="refused"):
+            monkeypatch.setenv("GRPO_WORKER_AUTHKEY", "wrong")
+            connect_worker(f"127.0.0.1:{port}", "stranger")
+        h.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
