@@ -174,6 +174,38 @@ def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
                 where = f"column {col!r} not in {path}" if scan.absent(col) else f"{path} {scan.missing[col]}: no {col!r} column"
                 issues.append(SpecIssue(cols[col], where + _needed_by(spec, col, cols[col])
                                         + f" (columns: {', '.join(sorted(scan.columns))})"))
+            issues += _kind_issues(spec, path, scan.kinds, needed)
+
+
+_PROMPT_KINDS = ("text", "chat")
+_TEMPLATE_KINDS = ("text", "blank", "int", "float", "bool")  # what str() formats into a template as itself
+
+
+def _kind_issues(spec: RunSpec, path: str, kinds: dict[str, dict[str, str]], prompt_cols: dict[str, str]) -> list[SpecIssue]:
+    """Cells of the wrong kind for who reads them: the prompt (text or chat messages; a template's columns are
+    scalars), and each reward's declared `kinds`. A dict prompt would reach the model as its repr, an empty one
+    crashes the decode, a float solution scores 0 in exact_match: refused here, naming the first such row."""
+    wants: dict[str, tuple[tuple[str, ...], str, str]] = {}  # column -> (allowed kinds, field, why)
+    for col, fld in prompt_cols.items():
+        wants[col] = (_TEMPLATE_KINDS, fld, "the prompt template formats its columns as text") \
+            if spec.data.prompt_template else \
+            (_PROMPT_KINDS, fld, "a prompt is non-empty text or a list of chat messages {'role', 'content'}")
+    for fn in spec.rewards.functions:
+        reward = BUILTIN_REWARDS.get(fn.name)
+        if reward is None or not reward.kinds or reward.check_params(fn.params):
+            continue
+        for need, allowed in reward.kinds.items():
+            col, fld = (spec.data.solution_column, "data.solution_column") if need == "solution" else (need, "rewards.functions")
+            wants.setdefault(col, (allowed, fld, f"reward {fn.name} takes {' / '.join(allowed)} (store the column as text)"))
+    out = []
+    for col, (allowed, fld, why) in wants.items():
+        bad = next(((k, w) for k, w in kinds.get(col, {}).items() if k not in allowed), None)  # first seen first
+        if bad:
+            kind, where = bad
+            what = "empty (or only white space)" if kind in ("blank", "blank chat") else \
+                kind if kind == "bytes" else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+            out.append(SpecIssue(fld, f"{path} {where}: {col!r} is {what}; {why}"))
+    return out
 
 
 def _needed_by(spec: RunSpec, col: str, fld: str) -> str:
@@ -366,6 +398,7 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
         issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
     if not re.fullmatch(r"[\w.-]*", spec.output.run_name):
         issues.append(SpecIssue("output.run_name", "use letters, digits, '.', '-' and '_' only"))
+    _check_runs_dir(spec, base, issues)
     _check_objective(spec, issues)
     _check_model(spec, base, issues)
     _check_data(spec, base, issues)
@@ -374,6 +407,15 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
     if spec.resources.deepspeed_config:
         _check_deepspeed_config(_local(base, spec.resources.deepspeed_config), issues)
     return issues
+
+
+def _check_runs_dir(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
+    """The runs folder, or the nearest part of it that exists, must be a folder (create_run makes the rest)."""
+    p = _local(base, spec.output.runs_dir)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        issues.append(SpecIssue("output.runs_dir", f"{spec.output.runs_dir}: {p.name} is a file, not a folder"))
 
 
 def _check_deepspeed_config(path: Path, issues: list[SpecIssue]) -> None:

@@ -17,6 +17,9 @@ from backend.spec import DataSection
 
 SUPPORTED_DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# '#N' repeats a source's rows to N: its index costs 8 bytes a row, so 1e11 would need 800 GB before a step.
+# Ten million rows is more prompts than any run here takes (max_steps x prompts_per_step).
+MAX_SAMPLE_COUNT = 10_000_000
 
 
 def split_source(source: str) -> tuple[str, int | None]:
@@ -26,6 +29,8 @@ def split_source(source: str) -> tuple[str, int | None]:
         return source, None
     if not count.isdigit() or int(count) < 1:
         raise ValueError(f"sample count after '#' must be a positive integer, got {count!r}")
+    if int(count) > MAX_SAMPLE_COUNT:
+        raise ValueError(f"sample count after '#' is at most {MAX_SAMPLE_COUNT:,} rows, got {int(count):,}")
     return path, int(count)
 
 
@@ -47,6 +52,43 @@ def is_hub_id(ref: str, base_dir: str | Path = ".") -> bool:
 
 class DataError(ValueError):
     pass
+
+
+def cell_kind(value: Any) -> str:
+    """What a cell holds, in the words the checks use: 'text', 'blank' (empty or white space), 'int', 'float',
+    'bool', 'chat' (a list of {'role', 'content'} messages), 'chat without content', 'list of int', 'dict',
+    'bytes', ... A prompt is text or chat; what each reward needs is its `kinds` (backend.rewards.registry)."""
+    if isinstance(value, str):
+        return "text" if value.strip() else "blank"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(value, dict):
+        return "dict"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "empty list"
+        if all(isinstance(m, dict) for m in value):
+            ok = all(isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list)) for m in value)
+            if not ok:
+                return "chat message without 'content'" if all("role" in m for m in value) else "list of dicts"
+            return "chat" if any(_has_text(m["content"]) for m in value) else "blank chat"
+        inner = sorted({cell_kind(v) for v in value})
+        if any(k.startswith(("list", "empty list")) for k in inner):
+            return "nested list"
+        return f"list of {inner[0]} values" if len(inner) == 1 else "list of mixed values"
+    return type(value).__name__
+
+
+def _has_text(content: Any) -> bool:
+    if isinstance(content, str):
+        return bool(content.strip())
+    return any(isinstance(p, dict) and (p.get("type") != "text" or _has_text(p.get("text", ""))) for p in content)
 
 
 
@@ -129,6 +171,7 @@ class SourceScan:
     error: str = ""
     first: str = ""  # where the first row is ('line 1', or 'line 4' after blank lines)
     bad_media: dict[str, str] = field(default_factory=dict)  # media column -> "line 3: no such image file: ..."
+    kinds: dict[str, dict[str, str]] = field(default_factory=dict)  # needed column -> {cell_kind: where first seen}
 
     def absent(self, column: str) -> bool:
         """Missing from the first row: the column is absent, not one row broken."""
@@ -159,6 +202,7 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media
 
     missing: dict[str, str] = {}
     bad_media: dict[str, str] = {}
+    kinds: dict[str, dict[str, str]] = {c: {} for c in needed}
     columns: frozenset[str] | None = None
     first = ""
     try:
@@ -168,8 +212,11 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media
             if columns is None:
                 columns, first = frozenset(row), where
             for c in needed:
-                if c not in missing and row.get(c) is None:
-                    missing[c] = where
+                value = row.get(c)
+                if value is None:
+                    missing.setdefault(c, where)
+                else:
+                    kinds[c].setdefault(cell_kind(value), where)
             for c, kind in media:
                 if c not in bad_media and row.get(c) is not None:
                     why = check_cell(kind, row[c], Path(media_base))
@@ -181,7 +228,7 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media
         return SourceScan(error=f"cannot read: {type(err).__name__}: {err}")
     if columns is None:
         return SourceScan(error="no rows")
-    return SourceScan(columns, missing, first=first, bad_media=bad_media)
+    return SourceScan(columns, missing, first=first, bad_media=bad_media, kinds=kinds)
 
 
 def load_source(ref: str, base_dir: Path, seed: int):

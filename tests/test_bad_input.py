@@ -39,6 +39,58 @@ CASES = [
 ]
 
 
+# issue 28: inputs that used to pass the check and then failed at run time, with the wrong cause or silently
+REFUSED = [
+    pytest.param(["data.sources=[assets/data/add_train.jsonl#99999999999]"], "data.sources",
+                 "sample count after '#' is at most 10,000,000 rows", id="huge-sample-count"),
+    pytest.param(["data.sources=[tests/data/prompt_dict.jsonl]"], "data.prompt_column",
+                 "prompt_dict.jsonl line 1: 'prompt' is a dict; a prompt is non-empty text or a list of chat messages",
+                 id="dict-prompt"),
+    pytest.param(["data.sources=[tests/data/prompt_bytes.parquet]"], "data.prompt_column",
+                 "prompt_bytes.parquet row 1: 'prompt' is bytes", id="bytes-prompt"),
+    pytest.param(["data.sources=[tests/data/prompt_ints.jsonl]"], "data.prompt_column",
+                 "prompt_ints.jsonl line 2: 'prompt' is a list of int values", id="list-of-ints-prompt"),
+    pytest.param(["data.sources=[tests/data/prompt_nested.jsonl]"], "data.prompt_column",
+                 "prompt_nested.jsonl line 1: 'prompt' is a nested list", id="nested-list-prompt"),
+    pytest.param(["data.sources=[tests/data/chat_no_content.jsonl]"], "data.prompt_column",
+                 "chat_no_content.jsonl line 1: 'prompt' is a chat message without 'content'", id="chat-without-content"),
+    pytest.param(["data.sources=[tests/data/prompt_blank.jsonl]"], "data.prompt_column",
+                 "prompt_blank.jsonl line 2: 'prompt' is empty (or only white space)", id="blank-prompt"),
+    pytest.param(["data.sources=[tests/data/solution_float.jsonl]"], "data.solution_column",
+                 "solution_float.jsonl line 1: 'solution' is a float; reward exact_match takes text / blank / int",
+                 id="float-solution-exact-match"),
+    pytest.param(["data.sources=[tests/data/prompt_dict.jsonl]", "data.prompt_template='Q: {prompt}'"],
+                 "data.prompt_template", "'prompt' is a dict; the prompt template formats its columns as text",
+                 id="dict-in-template"),
+    pytest.param(["output.runs_dir=README.md"], "output.runs_dir", "README.md is a file, not a folder",
+                 id="runs-dir-is-a-file"),
+    pytest.param(["output.runs_dir=README.md/runs"], "output.runs_dir", "README.md is a file, not a folder",
+                 id="runs-dir-under-a-file"),
+    pytest.param(["algorithm.epsilon=.nan"], "algorithm.epsilon", "Input should be a finite number", id="nan-bound"),
+    pytest.param(["rollout.temperature=.inf"], "rollout.temperature", "Input should be a finite number", id="inf-bound"),
+]
+
+
+@pytest.mark.parametrize("overrides, field, words", REFUSED)
+def test_refused_before_launch_by_the_launchers_check_and_the_form(overrides: list[str], field: str, words: str) -> None:
+    """The launcher's check (what the CLI and Start run) and the form name the same field and cause."""
+    from backend.checks import validate_or_raise
+    from backend.spec import SpecError
+
+    try:
+        spec = load_spec(TINY, overrides)
+        with pytest.raises(SpecError) as err:
+            validate_or_raise(spec, ROOT, Machine())
+        issues = err.value.issues
+    except SpecError as parse_err:  # refused when the spec is read (a bound)
+        spec, issues = None, parse_err.issues
+    assert any(i.field == field and words in i.message for i in issues), issues
+    if spec is None:
+        return
+    v = validate_values(spec_to_values(spec), ROOT, Workspace(ROOT))
+    assert any(words in m for m in v.by_field.get(field, [])), v.by_field
+
+
 @pytest.mark.parametrize("overrides, field, words", CASES)
 def test_cli_refuses_before_launch(tmp_path: Path, overrides: list[str], field: str, words: str) -> None:
     runs = tmp_path / "runs"
