@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from backend.data import SUPPORTED_DATA_SUFFIXES, is_hub_id, scan_source, split_source, template_columns
-from backend.machine import Machine, deepspeed_installed, engines_in, hub_cached, torchvision_error
+from backend.machine import Machine, deepspeed_installed, engines_in, hub_cached, model_types, torchvision_error
 from backend.rewards.plugins import plugin_reward_names
 from backend.rewards.registry import BUILTIN_REWARDS
 from backend.rundir import RunDir
@@ -81,12 +81,74 @@ def _check_model(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
         elif not (mp / "config.json").is_file():
             issues.append(SpecIssue("model.name_or_path", f"{m} has no config.json: not a model directory"))
         else:
-            issues += _media_model_issues(spec, m, mp)
+            issues += _model_dir_issues(m, mp) or _media_model_issues(spec, m, mp)
     if spec.model.finetune == "lora" and not spec.model.lora_targets:
         issues.append(SpecIssue("model.lora_targets", "LoRA needs at least one target module"))
     if spec.model.finetune == "full" and spec.model.dtype == "float16":
         issues.append(SpecIssue("model.dtype", "full fine-tuning in float16 underflows without loss scaling; "
                                                "use bfloat16 (fp32 master weights) or float32"))
+
+
+# what transformers' AutoTokenizer reads; without one of them it builds an empty tokenizer, and the first decode
+# fails with "cannot reshape tensor of 0 elements"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
+
+
+def _model_dir_issues(name: str, path: Path) -> list[SpecIssue]:
+    """A local model directory that would fail to load with a library traceback: config.json that is not a JSON
+    object, weights whose safetensors header is corrupt or whose data is cut short, no weights, no tokenizer.
+    Headers only are read (a few KB), not the weights."""
+    import json
+
+    fld = "model.name_or_path"
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return [SpecIssue(fld, f"{name}/config.json is not valid JSON: {err}")]
+    if not isinstance(cfg, dict):
+        return [SpecIssue(fld, f"{name}/config.json is not a JSON object")]
+    issues: list[SpecIssue] = []
+    if not isinstance(cfg.get("model_type"), str):
+        issues.append(SpecIssue(fld, f"{name}/config.json has no model_type: its architecture is unknown"))
+    shards = sorted(path.glob("*.safetensors"))
+    if not shards and not any(path.glob("pytorch_model*.bin")):
+        issues.append(SpecIssue(fld, f"{name} has no weights (*.safetensors)"))
+    for shard in shards:
+        err = _safetensors_error(shard)
+        if err:
+            issues.append(SpecIssue(fld, f"{name}/{shard.name} {err}"))
+    if not any((path / f).is_file() for f in _TOKENIZER_FILES):
+        issues.append(SpecIssue(fld, f"{name} has no tokenizer ({', '.join(_TOKENIZER_FILES)}): "
+                                     "save the model's tokenizer beside its weights"))
+    return issues
+
+
+def _safetensors_error(path: Path) -> str | None:
+    """Why a safetensors file cannot load (its 8-byte header length, JSON header, and the data it announces
+    against the file's size), or None. The format: u64 little-endian N, N bytes of JSON, then the data."""
+    import json
+
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or n > min(size - 8, 100 << 20):
+                return f"is corrupt or truncated: no valid header ({size} bytes)"
+            meta = json.loads(fh.read(n))
+    except OSError as err:
+        return f"cannot be read: {err.strerror or err}"
+    except ValueError:
+        return "is corrupt: its header is not JSON"
+    if not isinstance(meta, dict):
+        return "is corrupt: its header is not a JSON object"
+    try:
+        end = max((int(t["data_offsets"][1]) for k, t in meta.items() if k != "__metadata__"), default=0)
+    except (TypeError, KeyError, IndexError, ValueError):
+        return "is corrupt: a tensor entry of its header has no data_offsets"
+    if 8 + n + end > size:
+        return f"is truncated: its tensors need {8 + n + end} bytes, the file has {size}"
+    return None
 
 
 def _media_columns(spec: RunSpec) -> dict[str, tuple[str, str]]:
@@ -446,6 +508,8 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".",
     if m and is_hub_id(m, base_dir) and not machine.hub_reachable and not hub_cached(m):
         issues.append(SpecIssue("model.name_or_path", f"{m!r} is not a local model directory, and the hub cannot be "
                                                       "reached from this machine (nor is it in the local hub cache)"))
+    elif m and not is_hub_id(m, base_dir):
+        issues += _architecture_issues(spec, m, _local(Path(base_dir), m))
     if r.worker_urls:
         pass  # the workers' machines hold the engine; the trainer checks each one's health when it connects
     elif r.worker_python:
@@ -481,6 +545,26 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".",
         issues.append(SpecIssue("resources.nproc_per_node", f"{res.ranks_per_node} ranks need as many GPUs "
                                                             f"(this machine has {n}); list them in train_gpus"))
     return issues
+
+
+def _architecture_issues(spec: RunSpec, name: str, path: Path) -> list[SpecIssue]:
+    """A local model whose model_type the installed transformers does not know fails to load with a library
+    traceback; one with its own code (auto_map) loads with model.trust_remote_code."""
+    import json
+
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # a missing or broken config.json is check_spec's
+    kind, known = cfg.get("model_type") if isinstance(cfg, dict) else None, model_types()
+    if not isinstance(kind, str) or known is None or kind in known:
+        return []
+    if "auto_map" in cfg:
+        return [] if spec.model.trust_remote_code else \
+            [SpecIssue("model.trust_remote_code", f"{name} ({kind}) brings its own model code (auto_map): "
+                                                  "set model.trust_remote_code to run it")]
+    return [SpecIssue("model.name_or_path", f"{name}: model_type {kind!r} is not an architecture the installed "
+                                            "transformers knows")]
 
 
 def _vllm_media_issues(spec: RunSpec, python: str) -> list[SpecIssue]:

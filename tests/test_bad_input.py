@@ -168,3 +168,56 @@ def test_a_reward_that_scores_nothing_is_reported_in_status(tmp_path: Path) -> N
 
     html = progress_html(run_info(run), None, "en")
     assert 'id="run-warnings"' in html and "silent" in html
+
+
+def _break_truncate(d: Path) -> None:
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+
+
+def _break_header(d: Path) -> None:
+    w = d / "model.safetensors"
+    w.write_bytes((1 << 40).to_bytes(8, "little") + w.read_bytes()[8:])
+
+
+def _break_config(d: Path) -> None:
+    (d / "config.json").write_text('{"model_type": "qwen2",')
+
+
+def _unknown_architecture(d: Path) -> None:
+    import json
+
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "model_type": "frobnicator"}))
+
+
+def _no_tokenizer(d: Path) -> None:
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (d / f).unlink()
+
+
+@pytest.mark.parametrize("breakage, words", [
+    (_break_truncate, "model.safetensors is truncated: its tensors need"),
+    (_break_header, "model.safetensors is corrupt or truncated: no valid header"),
+    (_break_config, "config.json is not valid JSON"),
+    (_unknown_architecture, "model_type 'frobnicator' is not an architecture the installed transformers knows"),
+    (_no_tokenizer, "has no tokenizer (tokenizer.json"),
+], ids=["truncated-safetensors", "corrupt-safetensors-header", "bad-config-json", "unknown-architecture",
+        "no-tokenizer"])
+def test_a_broken_model_directory_is_refused_before_launch(tmp_path: Path, breakage, words: str) -> None:
+    """Read before launch: config.json, the safetensors headers against the file sizes, the architecture, the
+    tokenizer's files (these failed at load with a library traceback, or an empty tokenizer)."""
+    import shutil
+
+    from backend.checks import validate_or_raise
+    from backend.spec import SpecError
+
+    model = tmp_path / "model"
+    shutil.copytree(ROOT / "assets" / "tiny-add", model)
+    breakage(model)
+    spec = load_spec(TINY, [f"model.name_or_path={model}"])
+    with pytest.raises(SpecError) as err:
+        validate_or_raise(spec, ROOT, Machine())
+    assert any(i.field == "model.name_or_path" and words in i.message for i in err.value.issues), err.value.issues
+    v = validate_values(spec_to_values(spec), ROOT, Workspace(ROOT, [tmp_path]))
+    assert any(words in m for m in v.by_field.get("model.name_or_path", [])), v.by_field
