@@ -22,9 +22,18 @@ from __future__ import annotations
 
 import re
 import sys
+from functools import lru_cache
 from pathlib import Path
 
-from backend.data import SUPPORTED_DATA_SUFFIXES, is_hub_id, scan_source, split_source, template_columns
+from backend.data import (
+    SUPPORTED_DATA_SUFFIXES,
+    LongPrompt,
+    is_hub_id,
+    render_prompt,
+    scan_source,
+    split_source,
+    template_columns,
+)
 from backend.machine import Machine, deepspeed_installed, engines_in, hub_cached, model_types, torchvision_error
 from backend.rewards.plugins import plugin_reward_names
 from backend.rewards.registry import BUILTIN_REWARDS
@@ -226,7 +235,8 @@ def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
                 issues.append(SpecIssue(fld, f"{path}: unsupported format {p.suffix!r} "
                                              f"(use {', '.join(SUPPORTED_DATA_SUFFIXES)} or a saved dataset directory)"))
                 continue
-            scan = scan_source(p, list(cols), media={c: k for c, (_, k) in media.items()}, media_base=base)
+            scan = scan_source(p, list(cols), media={c: k for c, (_, k) in media.items()}, media_base=base,
+                               prompt_columns=list(needed))
             if scan.error:
                 issues.append(SpecIssue(fld, f"{path}: {scan.error}"))
                 continue
@@ -237,6 +247,49 @@ def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
                 issues.append(SpecIssue(cols[col], where + _needed_by(spec, col, cols[col])
                                         + f" (columns: {', '.join(sorted(scan.columns))})"))
             issues += _kind_issues(spec, path, scan.kinds, needed)
+            if not scan.missing:
+                issues += _prompt_length_issues(spec, base, path, scan.longest)
+
+
+def _prompt_length_issues(spec: RunSpec, base: Path, path: str, longest: tuple[LongPrompt, ...]) -> list[SpecIssue]:
+    """A prompt longer than data.max_prompt_tokens, measured before launch (a 50 MB prompt took the trainer to
+    15 GB with no step done). A token is at least one byte of its text in the tokenizers transformers ships
+    (byte-level BPE, SentencePiece), so a source whose largest prompt in bytes, plus the template's and the chat
+    template's share, is under the bound passes without a tokenizer; otherwise the largest prompts the scan kept
+    are rendered as the trainer renders them and counted with the model's own tokenizer (a local model's)."""
+    d, limit = spec.data, spec.data.max_prompt_tokens
+    overhead = len(d.prompt_template.encode()) + len(d.system_prompt.encode()) + 256  # 256: the chat template's
+    over = [p for p in longest if p.nbytes + overhead > limit]
+    if not over:
+        return []
+    fld = "data.max_prompt_tokens"
+    tok = None
+    m = spec.model.name_or_path.strip()
+    if m and not is_hub_id(m, base) and (_local(base, m) / "config.json").is_file():
+        tok = _tokenizer(str(_local(base, m)), spec.model.trust_remote_code)
+    for p in over:
+        if p.cells is None or p.nbytes > 64 * limit:  # no tokenizer packs 64 bytes into a token on average
+            return [SpecIssue(fld, f"{path} {p.where}: the prompt is {p.nbytes:,} bytes, far beyond {limit:,} tokens")]
+        if tok is None:
+            continue  # a hub model: only the size is judged here
+        try:
+            n = len(tok(render_prompt(p.cells, d, tok), add_special_tokens=False)["input_ids"])
+        except Exception:  # a prompt that cannot be rendered is the other checks' to report
+            continue
+        if n > limit:
+            return [SpecIssue(fld, f"{path} {p.where}: the prompt is {n:,} tokens, over {limit:,}")]
+    return []
+
+
+@lru_cache(maxsize=2)
+def _tokenizer(path: str, trust_remote_code: bool):  # noqa: ANN202 - a transformers tokenizer
+    """The model's tokenizer, loaded once per model for the prompt-length check (only when a prompt is long)."""
+    from backend.models import load_tokenizer
+
+    try:
+        return load_tokenizer(path, trust_remote_code)
+    except Exception:  # an unloadable tokenizer is the model check's to report
+        return None
 
 
 _PROMPT_KINDS = ("text", "chat")

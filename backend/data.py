@@ -161,6 +161,31 @@ def peek_columns(path: Path) -> set[str] | None:
     return set(rows[0]) if rows and isinstance(rows[0], dict) else set()
 
 
+LONGEST_KEPT = 8  # prompts by size the scan keeps for the check to measure in tokens
+KEEP_CELLS_BYTES = 1 << 20  # a larger prompt's cells are not kept (scans are cached): its size alone refuses it
+
+
+@dataclass(frozen=True)
+class LongPrompt:
+    """One of a source's largest prompts: where, its size in UTF-8 bytes, and its prompt cells (None when
+    larger than KEEP_CELLS_BYTES)."""
+
+    where: str
+    nbytes: int
+    cells: dict[str, Any] | None
+
+
+def text_bytes(value: Any) -> int:
+    """Size of a prompt cell's text in UTF-8 bytes (chat messages: their contents)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "replace"))
+    if isinstance(value, list):
+        return sum(text_bytes(m.get("content", "") if isinstance(m, dict) else m) for m in value)
+    if isinstance(value, dict):
+        return text_bytes(value.get("text", ""))
+    return len(str(value))
+
+
 @dataclass(frozen=True)
 class SourceScan:
     """What a full read of a local source found: its columns (the first row's), where each needed column is
@@ -172,6 +197,7 @@ class SourceScan:
     first: str = ""  # where the first row is ('line 1', or 'line 4' after blank lines)
     bad_media: dict[str, str] = field(default_factory=dict)  # media column -> "line 3: no such image file: ..."
     kinds: dict[str, dict[str, str]] = field(default_factory=dict)  # needed column -> {cell_kind: where first seen}
+    longest: tuple[LongPrompt, ...] = ()  # the largest prompts by size, largest first (see scan_source)
 
     def absent(self, column: str) -> bool:
         """Missing from the first row: the column is absent, not one row broken."""
@@ -179,34 +205,39 @@ class SourceScan:
 
 
 def scan_source(path: Path, needed: list[str], media: list[str] | dict[str, str] | None = None,
-                media_base: Path | None = None) -> SourceScan:
+                media_base: Path | None = None, prompt_columns: list[str] | None = None) -> SourceScan:
     """Read a whole local source and check every row has the needed columns.
 
     `media` columns hold media (backend.multimodal): a list of image columns, or {column: 'image' | 'video' |
     'audio'}. Every item is opened, relative paths resolved against `media_base`, and the first bad cell of
     each column (missing file, unreadable image / video / audio, wrong type, remote URL) is reported with its
-    row. Cached by path, size and mtime, so the studio's validation on every change does not re-read it."""
+    row. The LONGEST_KEPT largest prompts (the `prompt_columns` cells together) are kept for the check to measure
+    in tokens. Cached by path, size and mtime, so the studio's validation on every change does not re-read it."""
     try:
         st = path.stat()
     except OSError as err:
         return SourceScan(error=f"cannot read: {err.strerror or err}")
     base = str(media_base if media_base is not None else path.parent)
     kinds = media if isinstance(media, dict) else dict.fromkeys(media or [], "image")
-    return _scan(str(path), st.st_size, st.st_mtime_ns, tuple(sorted(set(needed))), tuple(sorted(kinds.items())), base)
+    return _scan(str(path), st.st_size, st.st_mtime_ns, tuple(sorted(set(needed))), tuple(sorted(kinds.items())), base,
+                 tuple(prompt_columns or ()))
 
 
 @lru_cache(maxsize=64)
 def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media: tuple[tuple[str, str], ...] = (),
-          media_base: str = ".") -> SourceScan:
+          media_base: str = ".", prompt_columns: tuple[str, ...] = ()) -> SourceScan:
+    import heapq
+
     from backend.multimodal import check_cell
 
     missing: dict[str, str] = {}
     bad_media: dict[str, str] = {}
     kinds: dict[str, dict[str, str]] = {c: {} for c in needed}
+    longest: list[tuple[int, int, LongPrompt]] = []  # a min-heap of (size, -row index: earlier rows win ties, prompt)
     columns: frozenset[str] | None = None
     first = ""
     try:
-        for where, row in iter_rows(Path(path_str)):
+        for k, (where, row) in enumerate(iter_rows(Path(path_str))):
             if not isinstance(row, dict):
                 return SourceScan(error=f"{where}: not an object with columns (got {type(row).__name__})")
             if columns is None:
@@ -217,6 +248,12 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media
                     missing.setdefault(c, where)
                 else:
                     kinds[c].setdefault(cell_kind(value), where)
+            if prompt_columns:
+                size = sum(text_bytes(row.get(c)) for c in prompt_columns if row.get(c) is not None)
+                if len(longest) < LONGEST_KEPT or size > longest[0][0]:
+                    cells = {c: row.get(c) for c in prompt_columns} if size <= KEEP_CELLS_BYTES else None
+                    item = (size, -k, LongPrompt(where, size, cells))
+                    (heapq.heappush if len(longest) < LONGEST_KEPT else heapq.heapreplace)(longest, item)
             for c, kind in media:
                 if c not in bad_media and row.get(c) is not None:
                     why = check_cell(kind, row[c], Path(media_base))
@@ -228,7 +265,8 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media
         return SourceScan(error=f"cannot read: {type(err).__name__}: {err}")
     if columns is None:
         return SourceScan(error="no rows")
-    return SourceScan(columns, missing, first=first, bad_media=bad_media, kinds=kinds)
+    return SourceScan(columns, missing, first=first, bad_media=bad_media, kinds=kinds,
+                      longest=tuple(p for _, _, p in sorted(longest, key=lambda x: -x[0])))
 
 
 def load_source(ref: str, base_dir: Path, seed: int):

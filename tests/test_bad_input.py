@@ -221,3 +221,29 @@ def test_a_broken_model_directory_is_refused_before_launch(tmp_path: Path, break
     assert any(i.field == "model.name_or_path" and words in i.message for i in err.value.issues), err.value.issues
     v = validate_values(spec_to_values(spec), ROOT, Workspace(ROOT, [tmp_path]))
     assert any(words in m for m in v.by_field.get("model.name_or_path", [])), v.by_field
+
+
+def test_a_prompt_over_the_token_bound_is_refused_before_launch(tmp_path: Path) -> None:
+    """data.max_prompt_tokens: a huge prompt is refused by its size alone (no tokenizer runs on it), a long one
+    after counting its tokens with the model's tokenizer, as the trainer would render it; short ones pass."""
+    import json
+
+    from backend.checks import validate_or_raise
+    from backend.spec import SpecError
+
+    def refused(rows: list[dict], *overrides: str) -> list[str]:
+        src = tmp_path / f"d{len(list(tmp_path.iterdir()))}.jsonl"
+        src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        spec = load_spec(TINY, [f"data.sources=[{src}]", *overrides])
+        try:
+            validate_or_raise(spec, ROOT, Machine())
+        except SpecError as err:
+            return [i.message for i in err.issues if i.field == "data.max_prompt_tokens"]
+        return []
+
+    short = [{"prompt": "12+34=", "solution": "64"}] * 3
+    assert refused([*short, {"prompt": "1" * 600_000, "solution": "1"}]) == \
+        [f"{tmp_path}/d0.jsonl line 4: the prompt is 600,000 bytes, far beyond 8,192 tokens"]
+    (msg,) = refused([*short, {"prompt": "12+34=" * 10, "solution": "1"}], "data.max_prompt_tokens=16")
+    assert "line 4: the prompt is" in msg and "tokens, over 16" in msg
+    assert refused(short, "data.max_prompt_tokens=16") == []
