@@ -153,6 +153,7 @@ def test_rollout_worker_speaks_data_only_and_an_idle_connection_blocks_no_one(tm
     import signal
     import socket
     import time
+    from concurrent.futures import ThreadPoolExecutor
     from multiprocessing.connection import Client
 
     from backend.rollout.worker import HANDSHAKE_TIMEOUT_S, RolloutWorkerError, connect_worker
@@ -174,7 +175,11 @@ def test_rollout_worker_speaks_data_only_and_an_idle_connection_blocks_no_one(tm
         idle = socket.create_connection(("127.0.0.1", port))  # never answers the challenge
         monkeypatch.setenv("GRPO_WORKER_AUTHKEY", "s3cret")
         t0 = time.time()
-        h = connect_worker(f"127.0.0.1:{port}", "remote", timeout_s=30)
+        pool = ThreadPoolExecutor(1)  # a worker serving one handshake at a time would hang here: fail instead
+        try:
+            h = pool.submit(connect_worker, f"127.0.0.1:{port}", "remote", 30).result(timeout=HANDSHAKE_TIMEOUT_S / 2)
+        finally:
+            pool.shutdown(wait=False)
         assert h.health()["engine"] == "hf" and time.time() - t0 < 5  # not held up by the idle connection
 
         marker = tmp_path / "ran"
