@@ -28,7 +28,9 @@ from pathlib import Path
 from backend.data import (
     SUPPORTED_DATA_SUFFIXES,
     LongPrompt,
+    describe_kind,
     is_hub_id,
+    prompt_kinds,
     render_prompt,
     scan_source,
     split_source,
@@ -292,19 +294,14 @@ def _tokenizer(path: str, trust_remote_code: bool):  # noqa: ANN202 - a transfor
         return None
 
 
-_PROMPT_KINDS = ("text", "chat")
-_TEMPLATE_KINDS = ("text", "blank", "int", "float", "bool")  # what str() formats into a template as itself
-
-
 def _kind_issues(spec: RunSpec, path: str, kinds: dict[str, dict[str, str]], prompt_cols: dict[str, str]) -> list[SpecIssue]:
     """Cells of the wrong kind for who reads them: the prompt (text or chat messages; a template's columns are
     scalars), and each reward's declared `kinds`. A dict prompt would reach the model as its repr, an empty one
     crashes the decode, a float solution scores 0 in exact_match: refused here, naming the first such row."""
     wants: dict[str, tuple[tuple[str, ...], str, str]] = {}  # column -> (allowed kinds, field, why)
+    allowed_prompt, why_prompt = prompt_kinds(spec.data)
     for col, fld in prompt_cols.items():
-        wants[col] = (_TEMPLATE_KINDS, fld, "the prompt template formats its columns as text") \
-            if spec.data.prompt_template else \
-            (_PROMPT_KINDS, fld, "a prompt is non-empty text or a list of chat messages {'role', 'content'}")
+        wants[col] = (allowed_prompt, fld, why_prompt)
     for fn in spec.rewards.functions:
         reward = BUILTIN_REWARDS.get(fn.name)
         if reward is None or not reward.kinds or reward.check_params(fn.params):
@@ -316,10 +313,7 @@ def _kind_issues(spec: RunSpec, path: str, kinds: dict[str, dict[str, str]], pro
     for col, (allowed, fld, why) in wants.items():
         bad = next(((k, w) for k, w in kinds.get(col, {}).items() if k not in allowed), None)  # first seen first
         if bad:
-            kind, where = bad
-            what = "empty (or only white space)" if kind in ("blank", "blank chat") else \
-                kind if kind == "bytes" else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
-            out.append(SpecIssue(fld, f"{path} {where}: {col!r} is {what}; {why}"))
+            out.append(SpecIssue(fld, f"{path} {bad[1]}: {col!r} is {describe_kind(bad[0])}; {why}"))
     return out
 
 

@@ -58,6 +58,8 @@ def cell_kind(value: Any) -> str:
     """What a cell holds, in the words the checks use: 'text', 'blank' (empty or white space), 'int', 'float',
     'bool', 'chat' (a list of {'role', 'content'} messages), 'chat without content', 'list of int', 'dict',
     'bytes', ... A prompt is text or chat; what each reward needs is its `kinds` (backend.rewards.registry)."""
+    if value is None:
+        return "null"
     if isinstance(value, str):
         return "text" if value.strip() else "blank"
     if isinstance(value, bool):
@@ -83,6 +85,23 @@ def cell_kind(value: Any) -> str:
             return "nested list"
         return f"list of {inner[0]} values" if len(inner) == 1 else "list of mixed values"
     return type(value).__name__
+
+
+def describe_kind(kind: str) -> str:
+    """A cell_kind as a message says it: 'a dict', 'bytes', 'empty (or only white space)'."""
+    if kind in ("blank", "blank chat"):
+        return "empty (or only white space)"
+    if kind == "null":
+        return "missing (null)"
+    return kind if kind == "bytes" else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+def prompt_kinds(data: DataSection) -> tuple[tuple[str, ...], str]:
+    """The cell kinds a prompt's columns may hold, and why: the one rule behind the check before launch and
+    load_rows (for the sources the check cannot read: hub datasets)."""
+    if data.prompt_template:  # str() formats these as themselves; a dict or a list would show as its repr
+        return ("text", "blank", "int", "float", "bool"), "the prompt template formats its columns as text"
+    return ("text", "chat"), "a prompt is non-empty text or a list of chat messages {'role', 'content'}"
 
 
 def _has_text(content: Any) -> bool:
@@ -322,7 +341,12 @@ def load_rows(sources: list[str], data: DataSection, seed: int, base_dir: Path) 
         missing = [c for c in (*wanted, *media) if c and c not in ds.column_names]
         if missing:
             raise DataError(f"{ref}: column(s) {missing} missing (columns: {ds.column_names})")
-        rows.extend(ds.to_list())
+        allowed, why = prompt_kinds(data)
+        for k, row in enumerate(ds.to_list(), 1):
+            bad = next((c for c in wanted if cell_kind(row.get(c)) not in allowed), None)
+            if bad is not None:  # the check before launch says this for local files; hub datasets land here
+                raise DataError(f"{ref} row {k}: {bad!r} is {describe_kind(cell_kind(row.get(bad)))}; {why}")
+            rows.append(row)
     order = np.random.default_rng(seed).permutation(len(rows))
     rows = [rows[i] for i in order]
     if data.limit:

@@ -247,3 +247,15 @@ def test_a_prompt_over_the_token_bound_is_refused_before_launch(tmp_path: Path) 
     (msg,) = refused([*short, {"prompt": "12+34=" * 10, "solution": "1"}], "data.max_prompt_tokens=16")
     assert "line 4: the prompt is" in msg and "tokens, over 16" in msg
     assert refused(short, "data.max_prompt_tokens=16") == []
+
+
+@pytest.mark.parametrize("source, words", [
+    ("tests/data/prompt_dict.jsonl", "row 1: 'prompt' is a dict; a prompt is non-empty text"),
+    ("tests/data/prompt_blank.jsonl", "row 2: 'prompt' is empty (or only white space)"),
+])
+def test_the_trainers_loader_applies_the_same_prompt_rule(source: str, words: str) -> None:
+    """Sources the check cannot read before launch (hub datasets) meet the same rule when the trainer loads them."""
+    from backend.data import DataError, load_rows
+
+    with pytest.raises(DataError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        load_rows([source], load_spec(TINY).data, 0, ROOT)
