@@ -259,3 +259,19 @@ def test_the_trainers_loader_applies_the_same_prompt_rule(source: str, words: st
 
     with pytest.raises(DataError, match=words.replace("(", r"\(").replace(")", r"\)")):
         load_rows([source], load_spec(TINY).data, 0, ROOT)
+
+
+def test_the_preview_of_a_huge_prompt_is_clipped(tmp_path: Path) -> None:
+    """The Build page's preview reads the first rows only and clips each text cell before rendering it."""
+    import json
+    import time
+
+    from app.data_preview import PREVIEW_CHARS, preview_rows
+
+    src = tmp_path / "huge.jsonl"
+    src.write_text(json.dumps({"prompt": "7" * 5_000_000, "solution": "1"}) + "\n")
+    t0 = time.time()
+    rows, _ = preview_rows(load_spec(TINY, [f"data.sources=[{src}]"]), ROOT, n=5)
+    assert time.time() - t0 < 20
+    assert len(rows) == 1 and len(rows[0]["rendered"]) < PREVIEW_CHARS + 200
+    assert rows[0]["rendered"].endswith(f"[{5_000_000 - PREVIEW_CHARS:,} more characters]")
