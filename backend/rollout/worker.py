@@ -67,6 +67,7 @@ from backend.rollout.base import Completion, PromptInput, RolloutEngine, Samplin
 READY = "GRPO-WORKER-READY"
 AUTHKEY_ENV = "GRPO_WORKER_AUTHKEY"
 HANDSHAKE_TIMEOUT_S = 10.0  # a connection that has not authenticated by then is dropped
+MAX_HANDSHAKES = 64  # connections authenticating at once; more are closed at once (a thread each, for 10 s)
 
 
 @dataclass
@@ -143,6 +144,7 @@ class _Server:
         self.lock = threading.Lock()  # one request at a time reaches the engine, whichever client sent it
         self.served = threading.Event()  # an authenticated client has come and gone
         self.closed = threading.Event()  # the reply to close() has been sent: the worker may exit
+        self.handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
         self.channel = None  # the weight channel (weight_sync.WeightChannel) once the trainer sets it up
         self.shared = None  # the trainer's mapped weights file (weight_sync.SharedWeights), once one arrived
 
@@ -236,7 +238,8 @@ class _Server:
         return True
 
     def client(self, sock: socket.socket, peer: Any) -> None:
-        """One client, on its own thread: the handshake within HANDSHAKE_TIMEOUT_S, then its requests."""
+        """One client, on its own thread: the handshake within HANDSHAKE_TIMEOUT_S, then its requests. The caller
+        holds one of `handshakes` for it, released here once the handshake is over."""
         timer = threading.Timer(HANDSHAKE_TIMEOUT_S, _drop, [sock])  # unblocks a read from a silent peer
         timer.start()
         conn = Connection(os.dup(sock.fileno()))
@@ -251,6 +254,7 @@ class _Server:
             return
         finally:
             timer.cancel()
+            self.handshakes.release()
         with conn, sock:
             self.serve(conn)
         self.served.set()
@@ -294,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 sock, peer = listener.accept()
             except TimeoutError:
+                continue
+            if not server.handshakes.acquire(blocking=False):
+                sock.close()
                 continue
             threading.Thread(target=server.client, args=(sock, peer), daemon=True, name=f"client-{peer}").start()
     if server.channel is not None:
