@@ -2,10 +2,12 @@
 
 One job, two layers, so no rule lives in two places:
 - `check_spec(spec, base_dir)`: is the spec well formed wherever it runs: cross-field rules, files
-  and their rows, columns the prompt and the rewards need, plugins, reward parameters, the shape of
-  a GPU split. The presets for GPU clusters pass it on any machine.
+  and their rows, columns the prompt and the rewards need and what their cells hold, the longest
+  prompt in tokens, a local model's files (config.json, safetensors headers, tokenizer), plugins,
+  reward parameters, the shape of a GPU split. The presets for GPU clusters pass it on any machine.
 - `check_machine(spec, machine)`: can it start on this machine: engines installed, GPUs visible,
-  the hub reachable for hub ids that are not cached.
+  the hub reachable for hub ids that are not cached, a local model's architecture known to the
+  installed transformers.
 `check(spec, base_dir, machine, workspace)` is both, and is what the CLI, the launcher (Start and
 Resume alike) and the studio's form and planner call: a spec the planner calls OK is a spec the
 launcher starts. With a workspace, every path must stay inside it (`confinement_issues`), and a spec
