@@ -308,9 +308,9 @@ def _kind_issues(spec: RunSpec, path: str, kinds: dict[str, dict[str, str]], pro
         reward = BUILTIN_REWARDS.get(fn.name)
         if reward is None or not reward.kinds or reward.check_params(fn.params):
             continue
-        for need, allowed in reward.kinds.items():
+        for need, allowed in reward.column_kinds(fn.params).items():
             col, fld = (spec.data.solution_column, "data.solution_column") if need == "solution" else (need, "rewards.functions")
-            wants.setdefault(col, (allowed, fld, f"reward {fn.name} takes {' / '.join(allowed)} (store the column as text)"))
+            wants.setdefault(col, (allowed, fld, f"reward {fn.name} takes {' / '.join(allowed)}"))
     out = []
     for col, (allowed, fld, why) in wants.items():
         bad = next(((k, w) for k, w in kinds.get(col, {}).items() if k not in allowed), None)  # first seen first

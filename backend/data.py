@@ -93,7 +93,7 @@ def describe_kind(kind: str) -> str:
         return "empty (or only white space)"
     if kind == "null":
         return "missing (null)"
-    return kind if kind == "bytes" else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+    return kind if kind in ("bytes", "text") else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
 
 
 def prompt_kinds(data: DataSection) -> tuple[tuple[str, ...], str]:

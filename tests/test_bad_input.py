@@ -275,3 +275,17 @@ def test_the_preview_of_a_huge_prompt_is_clipped(tmp_path: Path) -> None:
     assert time.time() - t0 < 20
     assert len(rows) == 1 and len(rows[0]["rendered"]) < PREVIEW_CHARS + 200
     assert rows[0]["rendered"].endswith(f"[{5_000_000 - PREVIEW_CHARS:,} more characters]")
+
+
+def test_a_rewards_parameter_named_column_is_checked_by_kind(tmp_path: Path) -> None:
+    """countdown reads nums as a list of numbers: a nums column holding text ("3 8") is refused, naming the row."""
+    import json
+
+    src = tmp_path / "cd.jsonl"
+    src.write_text(json.dumps({"prompt": "make 24", "nums": [3, 8], "target": 24}) + "\n"
+                   + json.dumps({"prompt": "make 24", "nums": "3 8", "target": 24}) + "\n")
+    spec = load_spec(TINY, [f"data.sources=[{src}]", "data.eval_sources=[]", "output.eval_steps=0",
+                            "rewards.functions=[{name: countdown}]"])
+    assert [str(i) for i in check(spec, ROOT, Machine())] == [
+        f"rewards.functions: {src} line 2: 'nums' is text; reward countdown takes list of int values / "
+        "list of float values / list of text values"]

@@ -52,13 +52,20 @@ class BuiltinReward:
     stateful: bool = False
     isolate: bool = False
     needs: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = ()
-    kinds: dict[str, tuple[str, ...]] | None = None  # needed column -> the cell kinds it may hold (None: any)
+    # needed column -> the cell kinds it may hold, or a function of the validated params naming them (None: any)
+    kinds: dict[str, tuple[str, ...]] | Callable[[Any], dict[str, tuple[str, ...]]] | None = None
 
     def required_columns(self, params: dict[str, Any]) -> tuple[str, ...]:
         """Dataset columns this reward reads with these params ('solution' = the solution column)."""
         if callable(self.needs):
             return tuple(self.needs(self.params_model.model_validate(params)))
         return self.needs
+
+    def column_kinds(self, params: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+        """Needed column ('solution' = the solution column) -> the cell kinds it may hold; {} = anything."""
+        if callable(self.kinds):
+            return dict(self.kinds(self.params_model.model_validate(params)))
+        return dict(self.kinds or {})
 
     def check_params(self, params: dict[str, Any]) -> str | None:
         try:
@@ -91,7 +98,8 @@ BUILTIN_REWARDS: dict[str, BuiltinReward] = {}
 
 def builtin(name: str, params_model: type[BaseModel] = NoParams, stateful: bool = False, isolate: bool = False,
             needs: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = (),
-            kinds: dict[str, tuple[str, ...]] | None = None) -> Callable[[RewardFn], RewardFn]:
+            kinds: dict[str, tuple[str, ...]] | Callable[[Any], dict[str, tuple[str, ...]]] | None = None,
+            ) -> Callable[[RewardFn], RewardFn]:
     def register(fn: RewardFn) -> RewardFn:
         doc = inspect.cleandoc(fn.__doc__ or "")
         BUILTIN_REWARDS[name] = BuiltinReward(name, fn, params_model, doc, stateful, isolate, needs, kinds)
