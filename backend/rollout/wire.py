@@ -57,6 +57,8 @@ def _encode(obj: Any, parts: list[bytes | memoryview]) -> Any:
         return int(obj)
     if isinstance(obj, numbers.Real) and not isinstance(obj, torch.Tensor):
         return float(obj)
+    if type(obj).__module__ == "numpy" and getattr(obj, "shape", None) == ():  # a numpy scalar (np.bool_ too)
+        return _encode(obj.item(), parts)
     if isinstance(obj, list):
         if all(type(x) in (int, float) for x in obj):  # token ids, logprobs: the bulk of a generate reply
             return obj
