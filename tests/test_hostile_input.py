@@ -208,3 +208,44 @@ def test_rollout_worker_speaks_data_only_and_an_idle_connection_blocks_no_one(tm
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_wire_carries_the_protocols_values_and_builds_nothing_else() -> None:
+    """Round trip of what the ops carry; a forged header naming another type, or a value the format does not
+    carry, is a WireError, not a constructed object."""
+    import json
+    from multiprocessing import Pipe
+
+    import torch
+    from PIL import Image
+
+    from backend.rollout import wire
+    from backend.rollout.base import Completion, PromptInput, RawMedia, SamplingParams
+    from backend.rollout.weight_sync import plan_buckets
+
+    a, b = Pipe()
+    meta = plan_buckets([("w", torch.zeros(3, 4, dtype=torch.bfloat16))], 1 << 20)
+    pixels = torch.randn(2, 3).bfloat16()
+    msg = {"op": "generate", "args": {
+        "prompts": [PromptInput([1, 2], {"pixel_values": pixels}, seed=5,
+                                raw_media=RawMedia([1], [Image.new("RGB", (3, 2), (1, 2, 3))]))],
+        "sampling": SamplingParams(2, 4), "meta": meta, "blob": b"\x00safetensors", "empty": torch.zeros(0, 3),
+        "adapter": {"target_modules": ["q_proj"], "r": 8}, "ids": (1, 2)}}
+    wire.send(a, msg)
+    got = wire.recv(b)["args"]
+    p = got["prompts"][0]
+    assert torch.equal(p.multi_modal["pixel_values"], pixels) and p.raw_media.images[0].getpixel((0, 0)) == (1, 2, 3)
+    assert got["meta"] == meta and got["sampling"] == SamplingParams(2, 4) and got["blob"] == b"\x00safetensors"
+    assert got["empty"].shape == (0, 3) and got["adapter"] == {"target_modules": ["q_proj"], "r": 8} and got["ids"] == (1, 2)
+    wire.send(a, [[Completion([1, 2], "x", "stop", [0.1, 0.2])]])
+    assert wire.recv(b) == [[Completion([1, 2], "x", "stop", [0.1, 0.2])]]
+
+    for forged in ({"$": "dc", "type": "Popen", "v": {"args": ["sh"]}}, {"$": "dc", "type": "SamplingParams",
+                                                                         "v": {"n": 1, "max_tokens": 1, "__class__": 1}},
+                   {"$": "pickle", "v": ""}, {"$": "tensor", "dtype": "object", "shape": [1], "i": 0}):
+        a.send_bytes(json.dumps({"v": forged, "parts": [0]}).encode())
+        a.send_bytes(b"")
+        with pytest.raises(wire.WireError):
+            wire.recv(b)
+    with pytest.raises(wire.WireError, match="not carried"):
+        wire.send(a, {"x": object()})
