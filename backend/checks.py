@@ -663,7 +663,35 @@ def confinement_issues(spec: RunSpec, workspace: Workspace) -> list[SpecIssue]:
         msg = workspace.check_ref(ref, allow_hub=hub) if str(ref).strip() else None
         if msg:
             out.append(SpecIssue(fld, msg))
+    if not out:
+        out += _run_dir_code_issues(spec, workspace)
     return out
+
+
+def _run_dir_code_issues(spec: RunSpec, workspace: Workspace) -> list[SpecIssue]:
+    """Code the spec would run from inside a run directory: the runs folder is inside the workspace, and a run
+    directory may have been copied there from anyone, so its plugins, interpreters and model code never run
+    (a plugin at runs/<copied>/evil.py is inside the workspace, yet nobody here chose it)."""
+    code = [("rewards.plugins", p) for p in spec.rewards.plugins]
+    code += [("rollout.worker_python", spec.rollout.worker_python)] if spec.rollout.worker_python.strip() else []
+    m = spec.model.name_or_path.strip()
+    if spec.model.trust_remote_code and m and not is_hub_id(m, workspace.root):
+        code.append(("model.name_or_path", m))  # trust_remote_code runs the model directory's Python files
+    out = []
+    for fld, ref in code:
+        run_dir = _run_dir_holding(workspace.resolve(ref))
+        if run_dir is not None:
+            out.append(SpecIssue(fld, f"{ref} is inside the run directory {run_dir.name}: code in a run directory is "
+                                      "never run (it may have been copied from anyone)"))
+    return out
+
+
+def _run_dir_holding(path: Path) -> Path | None:
+    """The run directory (spec.yaml beside status.json) that `path` is in, or None."""
+    for d in (path, *path.parents):
+        if (d / "spec.yaml").is_file() and (d / "status.json").is_file():
+            return d
+    return None
 
 
 def check(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None,
@@ -699,5 +727,13 @@ def resume_workspace(run: RunDir, base_dir: str | Path, allow: list[str | Path] 
 
 def check_resume(run: RunDir, workspace: Workspace) -> RunSpec:
     """A run directory's frozen spec, checked as Start checks a spec, confined to `workspace` (whose root its
-    relative paths resolve against). A copied run directory is untrusted: SpecError names what it may not do."""
-    return validate_or_raise(load_spec(run.spec_path), workspace.root, workspace=workspace)
+    relative paths resolve against). A copied run directory is untrusted: SpecError names what it may not do,
+    including model code in its checkpoints that model.trust_remote_code would run."""
+    spec = validate_or_raise(load_spec(run.spec_path), workspace.root, workspace=workspace)
+    code = sorted(run.checkpoints_dir.rglob("*.py")) if spec.model.trust_remote_code and run.checkpoints_dir.is_dir() else []
+    if code:
+        raise SpecError([SpecIssue("model.trust_remote_code", f"the run's checkpoints hold Python files "
+                                                              f"({code[0].relative_to(run.path)}) that resuming with "
+                                                              "trust_remote_code would run; code in a run directory is "
+                                                              "never run (it may have been copied from anyone)")])
+    return spec

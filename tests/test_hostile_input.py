@@ -89,6 +89,36 @@ def test_cli_resume_runs_starts_check(tmp_path: Path, case: int) -> None:
     assert not (tmp_path / "ran").exists()
 
 
+def test_code_inside_a_run_directory_is_never_run(tmp_path: Path) -> None:
+    """The runs folder is inside the workspace, so a copied run can carry its plugin, or model code for
+    trust_remote_code, inside itself: refused on Resume (launcher and CLI) and at Start (a clone into the form)."""
+    ws = _workspace(tmp_path)
+    marker = tmp_path / "ran"
+    run = _copied_run(ws, [])
+    (run.path / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n\ndef evil(completions, **kw):\n"
+                                      "    return [0.0] * len(completions)\n")
+    save_spec(load_spec(TINY, [f"rewards.plugins=[{run.path / 'evil.py'}]",
+                               "rewards.functions=[{name: exact_match}, {name: evil}]"]), run.spec_path)
+    with pytest.raises(SpecError, match="inside the run directory 20260101-000000-copied-beef: code in a run directory"):
+        launcher.resume(run, ws)
+    proc = subprocess.run([sys.executable, "-m", "backend.train", "--resume", str(run.path)], cwd=ws,
+                          capture_output=True, text=True, timeout=120, env=child_env())
+    assert proc.returncode == 2 and "- rewards.plugins:" in proc.stderr and "inside the run directory" in proc.stderr
+    spec = load_spec(run.spec_path)
+    v = validate_values(spec_to_values(spec), ws, Workspace(ws))
+    assert any("inside the run directory" in m for m in v.by_field.get("rewards.plugins", [])), v.by_field
+    assert not marker.exists()
+
+    trusting = run  # the same copied run, now asking to trust the model code in its checkpoint
+    save_spec(load_spec(TINY, ["model.trust_remote_code=true"]), trusting.spec_path)
+    code = trusting.checkpoints_dir / "step-3" / "model" / "modeling_evil.py"
+    code.parent.mkdir(parents=True)
+    code.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    with pytest.raises(SpecError, match="checkpoints hold Python files .*modeling_evil.py"):
+        launcher.resume(trusting, ws)
+    assert not marker.exists() and trusting.read_status()["state"] == "stopped"
+
+
 def test_resume_inside_the_workspace_passes_the_same_check(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
     run = _copied_run(ws, [])
