@@ -1,5 +1,9 @@
 """The dataset preview on the Build page: the first rows of the first local source, each with the prompt
-exactly as the model will see it (chat template applied with the model's own tokenizer, cached)."""
+exactly as the model will see it (chat template applied with the model's own tokenizer, cached).
+
+Only the first rows are read (streaming), and every text cell is clipped to PREVIEW_CHARS before it is
+rendered: a 50 MB prompt took 152 s and 1 GB to template and show whole. A clipped cell says how much is left.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,19 @@ from typing import Any
 from app.model_info import find_model_dir
 from backend.data import is_hub_id, split_source
 from backend.spec import RunSpec
+
+PREVIEW_CHARS = 2000
+
+
+def _clip(value: Any) -> Any:
+    """`value` with every string longer than PREVIEW_CHARS cut there, saying how much was left out."""
+    if isinstance(value, str) and len(value) > PREVIEW_CHARS:
+        return f"{value[:PREVIEW_CHARS]} … [{len(value) - PREVIEW_CHARS:,} more characters]"
+    if isinstance(value, list):
+        return [_clip(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clip(v) for k, v in value.items()}
+    return value
 
 
 @lru_cache(maxsize=4)
@@ -33,13 +50,13 @@ def preview_rows(spec: RunSpec, base: Path, n: int = 5) -> tuple[list[dict[str, 
     local = []
     for ref in spec.data.sources:
         path, _ = split_source(ref)
-        if not is_hub_id(path):
+        if not is_hub_id(path, base):
             local.append(path)
     if not local:
         return [], "hub datasets are previewed after download; no local source"
     src = local[0]
     p = Path(src) if Path(src).is_absolute() else base / src
-    rows = head_rows(p, n)
+    rows = [_clip(r) for r in head_rows(p, n)]
     tok = None
     mdir = find_model_dir(spec.model.name_or_path, base)
     if mdir is not None:

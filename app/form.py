@@ -26,6 +26,7 @@ import yaml
 
 from backend.checks import check
 from backend.spec import FieldDoc, RunSpec, SpecError, SpecIssue, iter_fields, spec_from_dict
+from backend.workspace import Workspace
 
 REWARD_HEADERS = ["name", "weight", "params"]
 
@@ -224,8 +225,8 @@ def issue_field(loc: str) -> str:
     return ".".join(parts[:2]) if len(parts) >= 2 else loc
 
 
-def validate_values(values: dict[str, Any], base_dir: str | Path, workspace: Any = None) -> Validation:
-    """Parse, model-validate, cross-check (check_spec) and confine paths; every message names a field."""
+def validate_values(values: dict[str, Any], base_dir: str | Path, workspace: Workspace | None = None) -> Validation:
+    """Parse, model-validate, check (confined to `workspace` when given); every message names a field."""
     v = Validation(None)
     paths = set(field_paths())
 
@@ -251,31 +252,12 @@ def validate_values(values: dict[str, Any], base_dir: str | Path, workspace: Any
         for i in err.issues:
             add(i)
         return v
-    v.checked = check(spec, base_dir)  # the launcher's own check: what passes here starts
+    # the launcher's own check and confinement: what passes here starts (another interpreter is run at Start only)
+    v.checked = check(spec, base_dir, workspace=workspace, run_interpreters=False)
     for i in v.checked:
         add(i)
-    if workspace is not None:
-        for i in confinement_issues(spec, workspace):
-            add(i)
     v.spec = spec
     return v
-
-
-def confinement_issues(spec: RunSpec, workspace: Any) -> list[SpecIssue]:
-    """Paths in the spec that leave the workspace (hub ids are fine: they are downloads, not paths)."""
-    out = []
-    refs = [("model.name_or_path", spec.model.name_or_path, True)]
-    refs += [("data.sources", s, True) for s in spec.data.sources]
-    refs += [("data.eval_sources", s, True) for s in spec.data.eval_sources]
-    refs += [("rewards.plugins", p, False) for p in spec.rewards.plugins]
-    refs += [("output.runs_dir", spec.output.runs_dir, False)]
-    for path, ref, hub in refs:
-        if not str(ref).strip():
-            continue
-        msg = workspace.check_ref(ref, allow_hub=hub)
-        if msg:
-            out.append(SpecIssue(path, msg))
-    return out
 
 
 def changed_fields(spec: RunSpec, base: RunSpec) -> dict[str, Any]:

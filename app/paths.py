@@ -1,22 +1,21 @@
-"""Workspace confinement: every path the studio reads or writes on a user's behalf stays inside it.
+"""The studio's side of workspace confinement: uploads and safe file names.
 
-The studio may be reachable from a network (`--host 0.0.0.0` with auth), so a form field such as
-"../../etc/passwd" or an uploaded file named "../x.py" must never make it read or write elsewhere.
+Confinement itself (which paths are inside, what a reference resolves to) is `backend.workspace`'s, shared
+with the launcher; this module adds what only the studio does: writing a browser's uploads into the workspace,
+where a file named "../x.py" must never land elsewhere.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from backend.data import is_hub_id, split_source
+from backend.workspace import PathError
+from backend.workspace import Workspace as _Confinement
 
-
-class PathError(ValueError):
-    """A path that leaves the workspace (or is otherwise unusable)."""
-
+__all__ = ["PathError", "Workspace", "safe_filename"]
 
 _SAFE_NAME = re.compile(r"[^\w.-]+")
 
@@ -29,59 +28,8 @@ def safe_filename(name: str, default: str = "file") -> str:
 
 
 @dataclass
-class Workspace:
-    """The root the studio works in (relative paths in a RunSpec resolve against it) plus trusted extras.
-
-    `extra` holds roots the operator named on the command line (the runs dir, --allow-path), never
-    anything a browser user supplied.
-    """
-
-    root: Path
-    extra: list[Path] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.root = Path(self.root).resolve()
-        self.extra = [Path(p).resolve() for p in self.extra]
-
-    @property
-    def roots(self) -> list[Path]:
-        return [self.root, *self.extra]
-
-    def contains(self, path: Path) -> bool:
-        p = path.resolve()  # resolves symlinks too: a link pointing outside does not count as inside
-        return any(p == r or p.is_relative_to(r) for r in self.roots)
-
-    def resolve(self, user_path: str) -> Path:
-        """The absolute path for `user_path` (relative to the root), or PathError when it leaves the workspace."""
-        raw = str(user_path).strip()
-        if not raw:
-            raise PathError("empty path")
-        if "\x00" in raw:
-            raise PathError("invalid path")
-        p = Path(raw).expanduser()
-        p = p if p.is_absolute() else self.root / p
-        if not self.contains(p):
-            raise PathError(f"{raw} is outside the workspace ({self.root})")
-        return p.resolve()
-
-    def check_ref(self, ref: str, allow_hub: bool = True) -> str | None:
-        """Error message for a model/data reference outside the workspace; hub ids pass. None = fine."""
-        try:
-            path, _ = split_source(ref)
-        except ValueError:
-            path = ref  # the count is reported by check_spec; only the path matters here
-        if allow_hub and is_hub_id(path):
-            return None
-        try:
-            self.resolve(path)
-        except PathError as err:
-            return str(err)
-        return None
-
-    def rel(self, path: Path) -> str:
-        """Path as shown in the form: relative to the root when inside it."""
-        p = Path(path).resolve()
-        return str(p.relative_to(self.root)) if p.is_relative_to(self.root) else str(p)
+class Workspace(_Confinement):
+    """`backend.workspace.Workspace` plus the studio's uploads."""
 
     def save_upload(self, tmp_file: str, subdir: str = "uploads") -> str:
         """Copy an uploaded file (Gradio's temp copy) to <root>/<subdir>/<safe name>; return its form path."""

@@ -307,7 +307,7 @@ class RunsTab:
         if run is None:
             return t("no_run", lang)
         try:
-            launcher.resume(run, self.config.workspace.root)
+            launcher.resume(run, self.config.workspace.root, self.config.workspace)
         except Exception as err:  # still running, no checkpoint, ...: say so next to the buttons
             return "⚠ " + html.escape(t("resume_failed", lang, err=err))
         return t("resumed", lang, run=run.run_id)

@@ -124,7 +124,8 @@ def _build_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
         if not v.ok or v.spec is None:
             return ["⚠ " + t("invalid_form", lang), ""]
         try:
-            run = launcher.launch(v.spec, base_dir=config.workspace.root, preset=preset or "")
+            run = launcher.launch(v.spec, base_dir=config.workspace.root, preset=preset or "",
+                                  workspace=config.workspace)
         except SpecError as err:
             return ["⚠ " + html.escape(t("start_failed", lang, err="; ".join(map(str, err.issues)))), ""]
         except Exception as err:  # spawn failures: shown, the studio keeps serving

@@ -2,12 +2,19 @@
 
 One job, two layers, so no rule lives in two places:
 - `check_spec(spec, base_dir)`: is the spec well formed wherever it runs: cross-field rules, files
-  and their rows, columns the prompt and the rewards need, plugins, reward parameters, the shape of
-  a GPU split. The presets for GPU clusters pass it on any machine.
+  and their rows, columns the prompt and the rewards need and what their cells hold, the longest
+  prompt in tokens, a local model's files (config.json, safetensors headers, tokenizer), plugins,
+  reward parameters, the shape of a GPU split. The presets for GPU clusters pass it on any machine.
 - `check_machine(spec, machine)`: can it start on this machine: engines installed, GPUs visible,
-  the hub reachable for hub ids that are not cached.
-`check(spec, base_dir, machine)` is both, and is what the CLI, the launcher and the studio's form
-and planner call: a spec the planner calls OK is a spec the launcher starts. Every message names
+  the hub reachable for hub ids that are not cached, a local model's architecture known to the
+  installed transformers.
+`check(spec, base_dir, machine, workspace)` is both, and is what the CLI, the launcher (Start and
+Resume alike) and the studio's form and planner call: a spec the planner calls OK is a spec the
+launcher starts. With a workspace, every path must stay inside it (`confinement_issues`), and a spec
+with one that leaves it is refused on that alone, before anything else reads the path: the message
+never tells whether a file exists outside. Another interpreter (rollout.worker_python) is run to list
+its engines only when the caller says so (`run_interpreters`: Start and Resume, never a change of the
+form). Resume checks a run directory's frozen spec the same way (`check_resume`). Every message names
 the field it is about. Probing the machine is `backend.machine`'s; wording the layout is
 `backend.plan`'s; the runtime predicates the rules share (workers or not, on GPU or not) and the
 loss types' properties are RunSpec's (`backend.spec`), which the trainer reads too.
@@ -17,14 +24,27 @@ from __future__ import annotations
 
 import re
 import sys
+from functools import lru_cache
 from pathlib import Path
 
-from backend.data import SUPPORTED_DATA_SUFFIXES, is_hub_id, scan_source, split_source, template_columns
+from backend.data import (
+    SUPPORTED_DATA_SUFFIXES,
+    LongPrompt,
+    describe_kind,
+    is_hub_id,
+    prompt_kinds,
+    render_prompt,
+    scan_source,
+    split_source,
+    template_columns,
+)
 from backend.footprint import memory_issues
-from backend.machine import Machine, deepspeed_installed, engines_in, hub_cached, torchvision_error
+from backend.machine import Machine, deepspeed_installed, engines_in, hub_cached, model_types, torchvision_error
 from backend.rewards.plugins import plugin_reward_names
 from backend.rewards.registry import BUILTIN_REWARDS
-from backend.spec import CLIPPED_LOSS_TYPES, LOSS_TYPES, RunSpec, SpecError, SpecIssue
+from backend.rundir import RunDir
+from backend.spec import CLIPPED_LOSS_TYPES, LOSS_TYPES, RunSpec, SpecError, SpecIssue, load_spec
+from backend.workspace import Workspace
 
 # ----------------------------------------------------------------------------- well-formed anywhere
 
@@ -75,12 +95,74 @@ def _check_model(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
         elif not (mp / "config.json").is_file():
             issues.append(SpecIssue("model.name_or_path", f"{m} has no config.json: not a model directory"))
         else:
-            issues += _media_model_issues(spec, m, mp)
+            issues += _model_dir_issues(m, mp) or _media_model_issues(spec, m, mp)
     if spec.model.finetune == "lora" and not spec.model.lora_targets:
         issues.append(SpecIssue("model.lora_targets", "LoRA needs at least one target module"))
     if spec.model.finetune == "full" and spec.model.dtype == "float16":
         issues.append(SpecIssue("model.dtype", "full fine-tuning in float16 underflows without loss scaling; "
                                                "use bfloat16 (fp32 master weights) or float32"))
+
+
+# what transformers' AutoTokenizer reads; without one of them it builds an empty tokenizer, and the first decode
+# fails with "cannot reshape tensor of 0 elements"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "vocab.txt")
+
+
+def _model_dir_issues(name: str, path: Path) -> list[SpecIssue]:
+    """A local model directory that would fail to load with a library traceback: config.json that is not a JSON
+    object, weights whose safetensors header is corrupt or whose data is cut short, no weights, no tokenizer.
+    Headers only are read (a few KB), not the weights."""
+    import json
+
+    fld = "model.name_or_path"
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        return [SpecIssue(fld, f"{name}/config.json is not valid JSON: {err}")]
+    if not isinstance(cfg, dict):
+        return [SpecIssue(fld, f"{name}/config.json is not a JSON object")]
+    issues: list[SpecIssue] = []
+    if not isinstance(cfg.get("model_type"), str):
+        issues.append(SpecIssue(fld, f"{name}/config.json has no model_type: its architecture is unknown"))
+    shards = sorted(path.glob("*.safetensors"))
+    if not shards and not any(path.glob("pytorch_model*.bin")):
+        issues.append(SpecIssue(fld, f"{name} has no weights (*.safetensors)"))
+    for shard in shards:
+        err = _safetensors_error(shard)
+        if err:
+            issues.append(SpecIssue(fld, f"{name}/{shard.name} {err}"))
+    if not any((path / f).is_file() for f in _TOKENIZER_FILES):
+        issues.append(SpecIssue(fld, f"{name} has no tokenizer ({', '.join(_TOKENIZER_FILES)}): "
+                                     "save the model's tokenizer beside its weights"))
+    return issues
+
+
+def _safetensors_error(path: Path) -> str | None:
+    """Why a safetensors file cannot load (its 8-byte header length, JSON header, and the data it announces
+    against the file's size), or None. The format: u64 little-endian N, N bytes of JSON, then the data."""
+    import json
+
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if n < 2 or n > min(size - 8, 100 << 20):
+                return f"is corrupt or truncated: no valid header ({size} bytes)"
+            meta = json.loads(fh.read(n))
+    except OSError as err:
+        return f"cannot be read: {err.strerror or err}"
+    except ValueError:
+        return "is corrupt: its header is not JSON"
+    if not isinstance(meta, dict):
+        return "is corrupt: its header is not a JSON object"
+    try:
+        end = max((int(t["data_offsets"][1]) for k, t in meta.items() if k != "__metadata__"), default=0)
+    except (TypeError, KeyError, IndexError, ValueError):
+        return "is corrupt: a tensor entry of its header has no data_offsets"
+    if 8 + n + end > size:
+        return f"is truncated: its tensors need {8 + n + end} bytes, the file has {size}"
+    return None
 
 
 def _media_columns(spec: RunSpec) -> dict[str, tuple[str, str]]:
@@ -158,7 +240,8 @@ def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
                 issues.append(SpecIssue(fld, f"{path}: unsupported format {p.suffix!r} "
                                              f"(use {', '.join(SUPPORTED_DATA_SUFFIXES)} or a saved dataset directory)"))
                 continue
-            scan = scan_source(p, list(cols), media={c: k for c, (_, k) in media.items()}, media_base=base)
+            scan = scan_source(p, list(cols), media={c: k for c, (_, k) in media.items()}, media_base=base,
+                               prompt_columns=list(needed))
             if scan.error:
                 issues.append(SpecIssue(fld, f"{path}: {scan.error}"))
                 continue
@@ -168,6 +251,73 @@ def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
                 where = f"column {col!r} not in {path}" if scan.absent(col) else f"{path} {scan.missing[col]}: no {col!r} column"
                 issues.append(SpecIssue(cols[col], where + _needed_by(spec, col, cols[col])
                                         + f" (columns: {', '.join(sorted(scan.columns))})"))
+            issues += _kind_issues(spec, path, scan.kinds, needed)
+            if not scan.missing:
+                issues += _prompt_length_issues(spec, base, path, scan.longest)
+
+
+def _prompt_length_issues(spec: RunSpec, base: Path, path: str, longest: tuple[LongPrompt, ...]) -> list[SpecIssue]:
+    """A prompt longer than data.max_prompt_tokens, measured before launch (a 50 MB prompt took the trainer to
+    15 GB with no step done). A token is at least one byte of its text in the tokenizers transformers ships
+    (byte-level BPE, SentencePiece), so a source whose largest prompt in bytes, plus the template's and the chat
+    template's share, is under the bound passes without a tokenizer; otherwise the largest prompts the scan kept
+    are rendered as the trainer renders them and counted with the model's own tokenizer (a local model's)."""
+    d, limit = spec.data, spec.data.max_prompt_tokens
+    overhead = len(d.prompt_template.encode()) + len(d.system_prompt.encode()) + 256  # 256: the chat template's
+    over = [p for p in longest if p.nbytes + overhead > limit]
+    if not over:
+        return []
+    fld = "data.max_prompt_tokens"
+    tok = None
+    m = spec.model.name_or_path.strip()
+    if m and not is_hub_id(m, base) and (_local(base, m) / "config.json").is_file():
+        tok = _tokenizer(str(_local(base, m)), spec.model.trust_remote_code)
+    for p in over:
+        if p.cells is None or p.nbytes > 64 * limit:  # no tokenizer packs 64 bytes into a token on average
+            return [SpecIssue(fld, f"{path} {p.where}: the prompt is {p.nbytes:,} bytes, far beyond {limit:,} tokens")]
+        if tok is None:
+            continue  # a hub model: only the size is judged here
+        try:
+            n = len(tok(render_prompt(p.cells, d, tok), add_special_tokens=False)["input_ids"])
+        except Exception:  # a prompt that cannot be rendered is the other checks' to report
+            continue
+        if n > limit:
+            return [SpecIssue(fld, f"{path} {p.where}: the prompt is {n:,} tokens, over {limit:,}")]
+    return []
+
+
+@lru_cache(maxsize=2)
+def _tokenizer(path: str, trust_remote_code: bool):  # noqa: ANN202 - a transformers tokenizer
+    """The model's tokenizer, loaded once per model for the prompt-length check (only when a prompt is long)."""
+    from backend.models import load_tokenizer
+
+    try:
+        return load_tokenizer(path, trust_remote_code)
+    except Exception:  # an unloadable tokenizer is the model check's to report
+        return None
+
+
+def _kind_issues(spec: RunSpec, path: str, kinds: dict[str, dict[str, str]], prompt_cols: dict[str, str]) -> list[SpecIssue]:
+    """Cells of the wrong kind for who reads them: the prompt (text or chat messages; a template's columns are
+    scalars), and each reward's declared `kinds`. A dict prompt would reach the model as its repr, an empty one
+    crashes the decode, a float solution scores 0 in exact_match: refused here, naming the first such row."""
+    wants: dict[str, tuple[tuple[str, ...], str, str]] = {}  # column -> (allowed kinds, field, why)
+    allowed_prompt, why_prompt = prompt_kinds(spec.data)
+    for col, fld in prompt_cols.items():
+        wants[col] = (allowed_prompt, fld, why_prompt)
+    for fn in spec.rewards.functions:
+        reward = BUILTIN_REWARDS.get(fn.name)
+        if reward is None or not reward.kinds or reward.check_params(fn.params):
+            continue
+        for need, allowed in reward.column_kinds(fn.params).items():
+            col, fld = (spec.data.solution_column, "data.solution_column") if need == "solution" else (need, "rewards.functions")
+            wants.setdefault(col, (allowed, fld, f"reward {fn.name} takes {' / '.join(allowed)}"))
+    out = []
+    for col, (allowed, fld, why) in wants.items():
+        bad = next(((k, w) for k, w in kinds.get(col, {}).items() if k not in allowed), None)  # first seen first
+        if bad:
+            out.append(SpecIssue(fld, f"{path} {bad[1]}: {col!r} is {describe_kind(bad[0])}; {why}"))
+    return out
 
 
 def _needed_by(spec: RunSpec, col: str, fld: str) -> str:
@@ -360,6 +510,7 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
         issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
     if not re.fullmatch(r"[\w.-]*", spec.output.run_name):
         issues.append(SpecIssue("output.run_name", "use letters, digits, '.', '-' and '_' only"))
+    _check_runs_dir(spec, base, issues)
     _check_objective(spec, issues)
     _check_model(spec, base, issues)
     _check_data(spec, base, issues)
@@ -368,6 +519,15 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
     if spec.resources.deepspeed_config:
         _check_deepspeed_config(_local(base, spec.resources.deepspeed_config), issues)
     return issues
+
+
+def _check_runs_dir(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
+    """The runs folder, or the nearest part of it that exists, must be a folder (create_run makes the rest)."""
+    p = _local(base, spec.output.runs_dir)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if p.exists() and not p.is_dir():
+        issues.append(SpecIssue("output.runs_dir", f"{spec.output.runs_dir}: {p.name} is a file, not a folder"))
 
 
 def _check_deepspeed_config(path: Path, issues: list[SpecIssue]) -> None:
@@ -388,21 +548,26 @@ def _check_deepspeed_config(path: Path, issues: list[SpecIssue]) -> None:
 # ----------------------------------------------------------------------------- runnable here
 
 
-def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -> list[SpecIssue]:
-    """What keeps a well-formed spec from starting on `machine`."""
+def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".",
+                  run_interpreters: bool = True) -> list[SpecIssue]:
+    """What keeps a well-formed spec from starting on `machine`. `run_interpreters` False: rollout.worker_python
+    is not run (its engines are checked at Start), as a program named in a form must not run on a keystroke."""
     issues: list[SpecIssue] = []
     r, res = spec.rollout, spec.resources
     m = spec.model.name_or_path.strip()
     if m and is_hub_id(m, base_dir) and not machine.hub_reachable and not hub_cached(m):
         issues.append(SpecIssue("model.name_or_path", f"{m!r} is not a local model directory, and the hub cannot be "
                                                       "reached from this machine (nor is it in the local hub cache)"))
+    elif m and not is_hub_id(m, base_dir):
+        issues += _architecture_issues(spec, m, _local(Path(base_dir), m))
     if r.worker_urls:
         pass  # the workers' machines hold the engine; the trainer checks each one's health when it connects
     elif r.worker_python:
-        engines = engines_in(r.worker_python) if Path(r.worker_python).is_file() else None
-        if engines is None:
+        python = _local(Path(base_dir), r.worker_python)
+        engines = engines_in(str(python)) if run_interpreters and python.is_file() else None
+        if not python.is_file() or (engines is None and run_interpreters):
             issues.append(SpecIssue("rollout.worker_python", f"{r.worker_python} is not a Python interpreter that runs"))
-        elif r.engine not in engines:
+        elif engines is not None and r.engine not in engines:
             issues.append(SpecIssue("rollout.engine", f"engine {r.engine!r} is not installed in {r.worker_python} "
                                                       f"(it has: {', '.join(sorted(engines)) or 'none'})"))
     elif r.engine not in machine.engines:
@@ -411,8 +576,8 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
             if r.engine == "vllm" and not machine.gpus else ""
         issues.append(SpecIssue("rollout.engine", f"engine {r.engine!r} is not installed here "
                                                   f"(available: {', '.join(sorted(machine.engines))}){hint}"))
-    vllm_python = r.worker_python or sys.executable  # where vLLM runs (a missing interpreter is reported above)
-    if r.engine == "vllm" and not r.worker_urls and Path(vllm_python).is_file() and (
+    vllm_python = str(_local(Path(base_dir), r.worker_python)) if r.worker_python else sys.executable  # where vLLM runs
+    if r.engine == "vllm" and not r.worker_urls and Path(vllm_python).is_file() and (run_interpreters or not r.worker_python) and (
             spec.data.images_column or spec.data.videos_column or spec.data.audios_column):
         issues += _vllm_media_issues(spec, vllm_python)
     n = len(machine.gpus)
@@ -431,6 +596,26 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".") -
                                                             f"(this machine has {n}); list them in train_gpus"))
     issues += memory_issues(spec, base_dir, machine)  # backend.footprint: the estimate against this machine
     return issues
+
+
+def _architecture_issues(spec: RunSpec, name: str, path: Path) -> list[SpecIssue]:
+    """A local model whose model_type the installed transformers does not know fails to load with a library
+    traceback; one with its own code (auto_map) loads with model.trust_remote_code."""
+    import json
+
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []  # a missing or broken config.json is check_spec's
+    kind, known = cfg.get("model_type") if isinstance(cfg, dict) else None, model_types()
+    if not isinstance(kind, str) or known is None or kind in known:
+        return []
+    if "auto_map" in cfg:
+        return [] if spec.model.trust_remote_code else \
+            [SpecIssue("model.trust_remote_code", f"{name} ({kind}) brings its own model code (auto_map): "
+                                                  "set model.trust_remote_code to run it")]
+    return [SpecIssue("model.name_or_path", f"{name}: model_type {kind!r} is not an architecture the installed "
+                                            "transformers knows")]
 
 
 def _vllm_media_issues(spec: RunSpec, python: str) -> list[SpecIssue]:
@@ -463,17 +648,94 @@ def _vllm_media_issues(spec: RunSpec, python: str) -> list[SpecIssue]:
     return issues
 
 
-def check(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None) -> list[SpecIssue]:
-    """Everything that decides whether `spec` starts on `machine` (this one by default)."""
+def confinement_issues(spec: RunSpec, workspace: Workspace) -> list[SpecIssue]:
+    """Paths in the spec that leave the workspace: files it reads, plugins and interpreters it runs, the runs
+    folder it writes. Hub ids are fine where a download is meant (model, data, a reward model)."""
+    refs = [("model.name_or_path", spec.model.name_or_path, True)]
+    refs += [("data.sources", s, True) for s in spec.data.sources]
+    refs += [("data.eval_sources", s, True) for s in spec.data.eval_sources]
+    refs += [("rewards.plugins", p, False) for p in spec.rewards.plugins]
+    refs += [("rewards.functions", f.params["path"], True) for f in spec.rewards.functions
+             if f.name == "reward_model" and isinstance(f.params.get("path"), str)]
+    refs += [("rollout.worker_python", spec.rollout.worker_python, False),
+             ("resources.deepspeed_config", spec.resources.deepspeed_config, False),
+             ("output.runs_dir", spec.output.runs_dir, False)]
+    out = []
+    for fld, ref, hub in refs:
+        msg = workspace.check_ref(ref, allow_hub=hub) if str(ref).strip() else None
+        if msg:
+            out.append(SpecIssue(fld, msg))
+    if not out:
+        out += _run_dir_code_issues(spec, workspace)
+    return out
+
+
+def _run_dir_code_issues(spec: RunSpec, workspace: Workspace) -> list[SpecIssue]:
+    """Code the spec would run from inside a run directory: the runs folder is inside the workspace, and a run
+    directory may have been copied there from anyone, so its plugins, interpreters and model code never run
+    (a plugin at runs/<copied>/evil.py is inside the workspace, yet nobody here chose it)."""
+    code = [("rewards.plugins", p) for p in spec.rewards.plugins]
+    code += [("rollout.worker_python", spec.rollout.worker_python)] if spec.rollout.worker_python.strip() else []
+    m = spec.model.name_or_path.strip()
+    if spec.model.trust_remote_code and m and not is_hub_id(m, workspace.root):
+        code.append(("model.name_or_path", m))  # trust_remote_code runs the model directory's Python files
+    out = []
+    for fld, ref in code:
+        run_dir = _run_dir_holding(workspace.resolve(ref))
+        if run_dir is not None:
+            out.append(SpecIssue(fld, f"{ref} is inside the run directory {run_dir.name}: code in a run directory is "
+                                      "never run (it may have been copied from anyone)"))
+    return out
+
+
+def _run_dir_holding(path: Path) -> Path | None:
+    """The run directory (spec.yaml beside status.json) that `path` is in, or None."""
+    for d in (path, *path.parents):
+        if (d / "spec.yaml").is_file() and (d / "status.json").is_file():
+            return d
+    return None
+
+
+def check(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None,
+          workspace: Workspace | None = None, run_interpreters: bool = True) -> list[SpecIssue]:
+    """Everything that decides whether `spec` starts on `machine` (this one by default). `workspace`: the roots
+    its paths must stay in (None: the operator's own config on the command line, unconfined); base_dir is
+    then its root."""
+    if workspace is not None:
+        outside = confinement_issues(spec, workspace)
+        if outside:  # nothing reads or runs a path outside, so no message says whether it exists there
+            return outside
     issues = check_spec(spec, base_dir)
     seen = {(i.field, i.message) for i in issues}
-    return issues + [i for i in check_machine(spec, machine or Machine.detect(), base_dir)
+    return issues + [i for i in check_machine(spec, machine or Machine.detect(), base_dir, run_interpreters)
                      if (i.field, i.message) not in seen]
 
 
-def validate_or_raise(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None) -> RunSpec:
-    issues = check(spec, base_dir, machine)
+def validate_or_raise(spec: RunSpec, base_dir: str | Path = ".", machine: Machine | None = None,
+                      workspace: Workspace | None = None) -> RunSpec:
+    """`spec` when `check` finds nothing (interpreters run: this is Start or Resume), else SpecError."""
+    issues = check(spec, base_dir, machine, workspace)
     if issues:
         raise SpecError(issues)
     return spec
 
+
+
+def resume_workspace(run: RunDir, base_dir: str | Path, allow: list[str | Path] | None = None) -> Workspace:
+    """Where a resumed run's paths may lead when the caller names no workspace: base_dir, the runs folder
+    holding the run (its checkpoints) and the roots the operator allowed; never what the run's files say."""
+    return Workspace(Path(base_dir), [run.path.resolve().parent, *map(Path, allow or [])])
+
+
+def check_resume(run: RunDir, workspace: Workspace) -> RunSpec:
+    """A run directory's frozen spec, checked as Start checks a spec, confined to `workspace` (whose root its
+    relative paths resolve against). A copied run directory is untrusted: SpecError names what it may not do,
+    including model code in its checkpoints that model.trust_remote_code would run."""
+    spec = validate_or_raise(load_spec(run.spec_path), workspace.root, workspace=workspace)
+    code = sorted(run.checkpoints_dir.rglob("*.py")) if spec.model.trust_remote_code and run.checkpoints_dir.is_dir() else []
+    if code:
+        raise SpecError([SpecIssue("model.trust_remote_code", f"the run's checkpoints hold Python files "
+                                                              f"({code[0].relative_to(run.path)}) that resuming with "
+                                                              "trust_remote_code would run; code in a run directory is "
+                                                              "never run (it may have been copied from anyone)")])
+    return spec

@@ -17,6 +17,9 @@ from backend.spec import DataSection
 
 SUPPORTED_DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# '#N' repeats a source's rows to N: its index costs 8 bytes a row, so 1e11 would need 800 GB before a step.
+# Ten million rows is more prompts than any run here takes (max_steps x prompts_per_step).
+MAX_SAMPLE_COUNT = 10_000_000
 
 
 def split_source(source: str) -> tuple[str, int | None]:
@@ -26,6 +29,8 @@ def split_source(source: str) -> tuple[str, int | None]:
         return source, None
     if not count.isdigit() or int(count) < 1:
         raise ValueError(f"sample count after '#' must be a positive integer, got {count!r}")
+    if int(count) > MAX_SAMPLE_COUNT:
+        raise ValueError(f"sample count after '#' is at most {MAX_SAMPLE_COUNT:,} rows, got {int(count):,}")
     return path, int(count)
 
 
@@ -47,6 +52,62 @@ def is_hub_id(ref: str, base_dir: str | Path = ".") -> bool:
 
 class DataError(ValueError):
     pass
+
+
+def cell_kind(value: Any) -> str:
+    """What a cell holds, in the words the checks use: 'text', 'blank' (empty or white space), 'int', 'float',
+    'bool', 'chat' (a list of {'role', 'content'} messages), 'chat without content', 'list of int', 'dict',
+    'bytes', ... A prompt is text or chat; what each reward needs is its `kinds` (backend.rewards.registry)."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return "text" if value.strip() else "blank"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(value, dict):
+        return "dict"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "empty list"
+        if all(isinstance(m, dict) for m in value):
+            ok = all(isinstance(m.get("role"), str) and isinstance(m.get("content"), (str, list)) for m in value)
+            if not ok:
+                return "chat message without 'content'" if all("role" in m for m in value) else "list of dicts"
+            return "chat" if any(_has_text(m["content"]) for m in value) else "blank chat"
+        inner = sorted({cell_kind(v) for v in value})
+        if any(k.startswith(("list", "empty list")) for k in inner):
+            return "nested list"
+        return f"list of {inner[0]} values" if len(inner) == 1 else "list of mixed values"
+    return type(value).__name__
+
+
+def describe_kind(kind: str) -> str:
+    """A cell_kind as a message says it: 'a dict', 'bytes', 'empty (or only white space)'."""
+    if kind in ("blank", "blank chat"):
+        return "empty (or only white space)"
+    if kind == "null":
+        return "missing (null)"
+    return kind if kind in ("bytes", "text") else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
+def prompt_kinds(data: DataSection) -> tuple[tuple[str, ...], str]:
+    """The cell kinds a prompt's columns may hold, and why: the one rule behind the check before launch and
+    load_rows (for the sources the check cannot read: hub datasets)."""
+    if data.prompt_template:  # str() formats these as themselves; a dict or a list would show as its repr
+        return ("text", "blank", "int", "float", "bool"), "the prompt template formats its columns as text"
+    return ("text", "chat"), "a prompt is non-empty text or a list of chat messages {'role', 'content'}"
+
+
+def _has_text(content: Any) -> bool:
+    if isinstance(content, str):
+        return bool(content.strip())
+    return any(isinstance(p, dict) and (p.get("type") != "text" or _has_text(p.get("text", ""))) for p in content)
 
 
 
@@ -119,6 +180,31 @@ def peek_columns(path: Path) -> set[str] | None:
     return set(rows[0]) if rows and isinstance(rows[0], dict) else set()
 
 
+LONGEST_KEPT = 8  # prompts by size the scan keeps for the check to measure in tokens
+KEEP_CELLS_BYTES = 1 << 20  # a larger prompt's cells are not kept (scans are cached): its size alone refuses it
+
+
+@dataclass(frozen=True)
+class LongPrompt:
+    """One of a source's largest prompts: where, its size in UTF-8 bytes, and its prompt cells (None when
+    larger than KEEP_CELLS_BYTES)."""
+
+    where: str
+    nbytes: int
+    cells: dict[str, Any] | None
+
+
+def text_bytes(value: Any) -> int:
+    """Size of a prompt cell's text in UTF-8 bytes (chat messages: their contents)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "replace"))
+    if isinstance(value, list):
+        return sum(text_bytes(m.get("content", "") if isinstance(m, dict) else m) for m in value)
+    if isinstance(value, dict):
+        return text_bytes(value.get("text", ""))
+    return len(str(value))
+
+
 @dataclass(frozen=True)
 class SourceScan:
     """What a full read of a local source found: its columns (the first row's), where each needed column is
@@ -129,6 +215,8 @@ class SourceScan:
     error: str = ""
     first: str = ""  # where the first row is ('line 1', or 'line 4' after blank lines)
     bad_media: dict[str, str] = field(default_factory=dict)  # media column -> "line 3: no such image file: ..."
+    kinds: dict[str, dict[str, str]] = field(default_factory=dict)  # needed column -> {cell_kind: where first seen}
+    longest: tuple[LongPrompt, ...] = ()  # the largest prompts by size, largest first (see scan_source)
 
     def absent(self, column: str) -> bool:
         """Missing from the first row: the column is absent, not one row broken."""
@@ -136,40 +224,55 @@ class SourceScan:
 
 
 def scan_source(path: Path, needed: list[str], media: list[str] | dict[str, str] | None = None,
-                media_base: Path | None = None) -> SourceScan:
+                media_base: Path | None = None, prompt_columns: list[str] | None = None) -> SourceScan:
     """Read a whole local source and check every row has the needed columns.
 
     `media` columns hold media (backend.multimodal): a list of image columns, or {column: 'image' | 'video' |
     'audio'}. Every item is opened, relative paths resolved against `media_base`, and the first bad cell of
     each column (missing file, unreadable image / video / audio, wrong type, remote URL) is reported with its
-    row. Cached by path, size and mtime, so the studio's validation on every change does not re-read it."""
+    row. The LONGEST_KEPT largest prompts (the `prompt_columns` cells together) are kept for the check to measure
+    in tokens. Cached by path, size and mtime, so the studio's validation on every change does not re-read it."""
     try:
         st = path.stat()
     except OSError as err:
         return SourceScan(error=f"cannot read: {err.strerror or err}")
     base = str(media_base if media_base is not None else path.parent)
     kinds = media if isinstance(media, dict) else dict.fromkeys(media or [], "image")
-    return _scan(str(path), st.st_size, st.st_mtime_ns, tuple(sorted(set(needed))), tuple(sorted(kinds.items())), base)
+    return _scan(str(path), st.st_size, st.st_mtime_ns, tuple(sorted(set(needed))), tuple(sorted(kinds.items())), base,
+                 tuple(prompt_columns or ()))
 
 
 @lru_cache(maxsize=64)
 def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media: tuple[tuple[str, str], ...] = (),
-          media_base: str = ".") -> SourceScan:
+          media_base: str = ".", prompt_columns: tuple[str, ...] = ()) -> SourceScan:
+    import heapq
+
     from backend.multimodal import check_cell
 
     missing: dict[str, str] = {}
     bad_media: dict[str, str] = {}
+    kinds: dict[str, dict[str, str]] = {c: {} for c in needed}
+    longest: list[tuple[int, int, LongPrompt]] = []  # a min-heap of (size, -row index: earlier rows win ties, prompt)
     columns: frozenset[str] | None = None
     first = ""
     try:
-        for where, row in iter_rows(Path(path_str)):
+        for k, (where, row) in enumerate(iter_rows(Path(path_str))):
             if not isinstance(row, dict):
                 return SourceScan(error=f"{where}: not an object with columns (got {type(row).__name__})")
             if columns is None:
                 columns, first = frozenset(row), where
             for c in needed:
-                if c not in missing and row.get(c) is None:
-                    missing[c] = where
+                value = row.get(c)
+                if value is None:
+                    missing.setdefault(c, where)
+                else:
+                    kinds[c].setdefault(cell_kind(value), where)
+            if prompt_columns:
+                size = sum(text_bytes(row.get(c)) for c in prompt_columns if row.get(c) is not None)
+                if len(longest) < LONGEST_KEPT or size > longest[0][0]:
+                    cells = {c: row.get(c) for c in prompt_columns} if size <= KEEP_CELLS_BYTES else None
+                    item = (size, -k, LongPrompt(where, size, cells))
+                    (heapq.heappush if len(longest) < LONGEST_KEPT else heapq.heapreplace)(longest, item)
             for c, kind in media:
                 if c not in bad_media and row.get(c) is not None:
                     why = check_cell(kind, row[c], Path(media_base))
@@ -181,7 +284,8 @@ def _scan(path_str: str, _size: int, _mtime: int, needed: tuple[str, ...], media
         return SourceScan(error=f"cannot read: {type(err).__name__}: {err}")
     if columns is None:
         return SourceScan(error="no rows")
-    return SourceScan(columns, missing, first=first, bad_media=bad_media)
+    return SourceScan(columns, missing, first=first, bad_media=bad_media, kinds=kinds,
+                      longest=tuple(p for _, _, p in sorted(longest, key=lambda x: -x[0])))
 
 
 def load_source(ref: str, base_dir: Path, seed: int):
@@ -237,7 +341,12 @@ def load_rows(sources: list[str], data: DataSection, seed: int, base_dir: Path) 
         missing = [c for c in (*wanted, *media) if c and c not in ds.column_names]
         if missing:
             raise DataError(f"{ref}: column(s) {missing} missing (columns: {ds.column_names})")
-        rows.extend(ds.to_list())
+        allowed, why = prompt_kinds(data)
+        for k, row in enumerate(ds.to_list(), 1):
+            bad = next((c for c in wanted if cell_kind(row.get(c)) not in allowed), None)
+            if bad is not None:  # the check before launch says this for local files; hub datasets land here
+                raise DataError(f"{ref} row {k}: {bad!r} is {describe_kind(cell_kind(row.get(bad)))}; {why}")
+            rows.append(row)
     order = np.random.default_rng(seed).permutation(len(rows))
     rows = [rows[i] for i in order]
     if data.limit:

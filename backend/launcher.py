@@ -3,6 +3,12 @@
 A run is launched as `python -m backend.train --run-dir DIR` in its own process session, with
 stdout and stderr going to DIR/train.log, so it survives the browser closing and the studio
 restarting. Everything about it is then read from the run directory.
+
+Start and Resume run the same full check with the same confinement: a run directory may have been copied
+in by anyone, so its spec.yaml is no more trusted than a form, and a resume is refused, with the field
+named, when it names a plugin, an interpreter or a model outside the workspace. The resumed trainer is
+spawned with `--run-dir DIR --resumed`: this check is the one it gets, against this workspace, and its
+base_dir (status.json) is this workspace's root, not the copied run's.
 """
 
 from __future__ import annotations
@@ -14,11 +20,12 @@ from pathlib import Path
 
 import psutil
 
-from backend.checks import validate_or_raise
+from backend.checks import check_resume, resume_workspace, validate_or_raise
 from backend.procs import kill_group, spawn_group
 from backend.rundir import ACTIVE_STATES, RunDir, create_run, process_alive
 from backend.spec import RunSpec
 from backend.train.supervise import rank_command, ranks_alive, stop_ranks
+from backend.workspace import Workspace
 
 
 def _spawn(args: list[str], run: RunDir, base_dir: str | Path) -> int:
@@ -37,18 +44,23 @@ def training_command(spec: RunSpec, run_dir: str = "RUN_DIR") -> list[str]:
     return ["torchrun", *rank_command(spec, ["--run-dir", run_dir], python="", port=port)[3:]]
 
 
-def launch(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> RunDir:
-    run = create_run(validate_or_raise(spec, base_dir), base_dir, preset)
+def launch(spec: RunSpec, base_dir: str | Path = ".", preset: str = "", workspace: Workspace | None = None) -> RunDir:
+    """Check `spec` (confined to `workspace` when given: the studio's), freeze it into a new run, start it."""
+    run = create_run(validate_or_raise(spec, base_dir, workspace=workspace), base_dir, preset)
     _spawn(["--run-dir", str(run.path.resolve())], run, base_dir)
     return run
 
 
-def resume(run: RunDir, base_dir: str | Path = ".") -> RunDir:
+def resume(run: RunDir, base_dir: str | Path = ".", workspace: Workspace | None = None) -> RunDir:
+    """Continue a stopped run after the check Start runs (SpecError names what is refused); `workspace`
+    defaults to `checks.resume_workspace(run, base_dir)`, and its root is the run's base_dir from now on."""
     st = run.read_status()
     if st.get("state") in ACTIVE_STATES and process_alive(st.get("pid"), st.get("pid_create_time")):
         raise RuntimeError(f"run {run.run_id} is still {st['state']}")
-    run.write_status(state="starting", error="")
-    _spawn(["--resume", str(run.path.resolve())], run, base_dir)
+    ws = workspace or resume_workspace(run, base_dir)
+    check_resume(run, ws)
+    run.write_status(state="starting", error="", base_dir=str(ws.root))  # where its relative paths were checked
+    _spawn(["--run-dir", str(run.path.resolve()), "--resumed"], run, ws.root)
     return run
 
 

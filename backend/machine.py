@@ -8,12 +8,14 @@ broken engine install cannot fail the process that asks about it. Tests build th
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import socket
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,42 @@ def installed_engines() -> frozenset[str]:
 
 def deepspeed_installed() -> bool:
     return importlib.util.find_spec("deepspeed") is not None
+
+
+@lru_cache(maxsize=1)
+def model_types() -> frozenset[str] | None:
+    """The model_type names the installed transformers loads (its CONFIG_MAPPING_NAMES), or None when they cannot
+    be read. Read from its source with `ast`: importing transformers takes seconds, which a form's check must not."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.origin:
+        return None
+    auto = Path(spec.origin).parent / "models" / "auto"
+    names: set[str] = set()
+    for f in ("auto_mappings.py", "configuration_auto.py"):  # the generated table, and the additions beside it
+        try:
+            tree = ast.parse((auto / f).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CONFIG_MAPPING_NAMES"
+                                                    for t in node.targets):
+                names |= _string_keys(node.value)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update"
+                  and isinstance(node.func.value, ast.Name) and node.func.value.id == "CONFIG_MAPPING_NAMES"):
+                names |= _string_keys(node)
+    return frozenset(names) or None
+
+
+def _string_keys(node: ast.AST) -> set[str]:
+    """String keys of the dict literals and (key, value) pairs under `node`."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Dict):
+            out |= {k.value for k in n.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        elif isinstance(n, ast.Tuple) and len(n.elts) == 2 and isinstance(n.elts[0], ast.Constant) \
+                and isinstance(n.elts[0].value, str):
+            out.add(n.elts[0].value)
+    return out
 
 
 @lru_cache(maxsize=8)

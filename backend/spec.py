@@ -79,7 +79,8 @@ CLIPPED_LOSS_TYPES: tuple[str, ...] = tuple(name for name, info in LOSS_TYPES.it
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # NaN and infinity are never a setting: refused by name rather than as a failed bound ("should be <= 1")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ModelSection(Section):
@@ -158,6 +159,12 @@ class DataSection(Section):
     chat_template: Literal["auto", "on", "off"] = Field(
         "auto", description="Apply the tokenizer's chat template: auto = when the tokenizer has one.",
         json_schema_extra=_ui("Chat template", "对话模板", "是否应用分词器的对话模板：auto = 分词器有模板时应用。"))
+    max_prompt_tokens: int = Field(
+        8192, ge=16, le=262_144, description="Longest prompt in tokens (as the model sees it, chat template "
+                                             "applied): a local source with a longer one is refused before launch.",
+        json_schema_extra=_ui("Max prompt tokens", "提示最多词元数",
+                              "提示的最大词元数（按模型所见、套用对话模板后计）：本地数据中有更长的提示时启动前即拒绝。",
+                              advanced=True))
     limit: int = Field(0, ge=0, description="Use at most this many training rows after mixing (0 = all).",
                        json_schema_extra=_ui("Row limit", "行数上限", "混合后最多使用这么多训练行（0 = 全部）。"))
     eval_sources: list[str] = Field(

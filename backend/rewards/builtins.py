@@ -17,8 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from backend.rewards.registry import builtin
 from backend.rewards.text import completion_text, lengths
 
+_STRING_LIKE = {"solution": ("text", "blank", "int")}  # compared as str(solution): 2.0 would read "2.0"
 
-@builtin("exact_match", needs=("solution",))
+
+@builtin("exact_match", needs=("solution",), kinds=_STRING_LIKE)
 def exact_match(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
                 **_: Any) -> list[float | None]:
     """1 if the completion, stripped of surrounding white space, equals the solution exactly, else 0.
@@ -28,7 +30,7 @@ def exact_match(completions: list[Any], prompts: list[Any] | None = None, soluti
             for c, s in zip(completions, sols, strict=True)]
 
 
-@builtin("digit_match", needs=("solution",))
+@builtin("digit_match", needs=("solution",), kinds=_STRING_LIKE)
 def digit_match(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
                 **_: Any) -> list[float | None]:
     """Positional character agreement: #{i : c[i] == s[i]} / max(len(c), len(s)) on stripped strings,

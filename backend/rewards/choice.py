@@ -27,7 +27,7 @@ def choice_letter(text: str) -> str | None:
     return lone[-1] if lone else None
 
 
-@builtin("multiple_choice", needs=("solution",))
+@builtin("multiple_choice", needs=("solution",), kinds={"solution": ("text",)})
 def multiple_choice(completions: list[Any], prompts: list[Any] | None = None, solution: list[Any] | None = None,
                     **_: Any) -> list[float | None]:
     """1 if the chosen letter (see choice_letter: <answer>, \\boxed{}, "answer is X", last lone capital)

@@ -17,6 +17,10 @@ A stateful built-in (a reward model that loads weights once) is registered with 
 the decorated callable is then a factory
 `make(params, device=..., base_dir=...) -> reward function`.
 
+`kinds` declares what a needed column's cells must hold, by `backend.data.cell_kind`'s names ("text", "int",
+"float", ...; absent = anything): exact_match compares str(solution), so a float column (2.0 -> "2.0") would
+score 0 every step, silently; the check refuses it before launch instead.
+
 `isolate=True` marks a built-in that runs in the reward worker rather than in the trainer: those that
 call sympy through math-verify, which can take seconds or loop on adversarial input, and would hold
 the GIL in the trainer's rollout thread. Cheap string rewards stay in the trainer (see scorer.py).
@@ -48,12 +52,20 @@ class BuiltinReward:
     stateful: bool = False
     isolate: bool = False
     needs: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = ()
+    # needed column -> the cell kinds it may hold, or a function of the validated params naming them (None: any)
+    kinds: dict[str, tuple[str, ...]] | Callable[[Any], dict[str, tuple[str, ...]]] | None = None
 
     def required_columns(self, params: dict[str, Any]) -> tuple[str, ...]:
         """Dataset columns this reward reads with these params ('solution' = the solution column)."""
         if callable(self.needs):
             return tuple(self.needs(self.params_model.model_validate(params)))
         return self.needs
+
+    def column_kinds(self, params: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+        """Needed column ('solution' = the solution column) -> the cell kinds it may hold; {} = anything."""
+        if callable(self.kinds):
+            return dict(self.kinds(self.params_model.model_validate(params)))
+        return dict(self.kinds or {})
 
     def check_params(self, params: dict[str, Any]) -> str | None:
         try:
@@ -85,10 +97,12 @@ BUILTIN_REWARDS: dict[str, BuiltinReward] = {}
 
 
 def builtin(name: str, params_model: type[BaseModel] = NoParams, stateful: bool = False, isolate: bool = False,
-            needs: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = ()) -> Callable[[RewardFn], RewardFn]:
+            needs: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = (),
+            kinds: dict[str, tuple[str, ...]] | Callable[[Any], dict[str, tuple[str, ...]]] | None = None,
+            ) -> Callable[[RewardFn], RewardFn]:
     def register(fn: RewardFn) -> RewardFn:
         doc = inspect.cleandoc(fn.__doc__ or "")
-        BUILTIN_REWARDS[name] = BuiltinReward(name, fn, params_model, doc, stateful, isolate, needs)
+        BUILTIN_REWARDS[name] = BuiltinReward(name, fn, params_model, doc, stateful, isolate, needs, kinds)
         return fn
 
     return register

@@ -59,7 +59,9 @@ class CountdownParams(BaseModel):
                                             "(TinyZero uses 0.1; 0 = plain 1/0).")
 
 
-@builtin("countdown", CountdownParams, needs=lambda p: (p.nums_column, p.target_column))
+@builtin("countdown", CountdownParams, needs=lambda p: (p.nums_column, p.target_column),
+         kinds=lambda p: {p.nums_column: ("list of int values", "list of float values", "list of text values"),
+                          p.target_column: ("int", "float", "text")})  # int(x) of each number, Fraction(str(target))
 def countdown(completions: list[Any], prompts: list[Any] | None = None, *, nums_column: str = "nums",
               target_column: str = "target", format_score: float = 0.0, **columns: Any) -> list[float | None]:
     """1 if the equation in the last <answer>…</answer> uses each number of `nums` exactly once, only

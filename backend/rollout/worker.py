@@ -5,8 +5,12 @@ updates (a thread shares the trainer's interpreter lock), engines with their own
 (LMDeploy pins an older torch) run under their own interpreter, and data-parallel instances are
 just several workers (see pool.py).
 
-Protocol: `multiprocessing.connection` over TCP with an HMAC auth key. A request is
-`{"op": name, "args": {...}}`, a reply `{"ok": True, "result": ...}` or `{"ok": False, "error": ..., "traceback": ...}`.
+Protocol: `multiprocessing.connection` over TCP with an HMAC auth key, then messages in a data-only format
+(`wire.py`: JSON, tensors as raw bytes; never pickle, so a client holding the key sends values, not code). A
+request is `{"op": name, "args": {...}}`, a reply `{"ok": True, "result": ...}` or `{"ok": False, "error": ...,
+"traceback": ...}`. Every client gets its own thread: the handshake must finish within HANDSHAKE_TIMEOUT_S
+(an idle or unauthenticated connection is dropped, and never holds up another client), and the engine serves
+one request at a time.
 Ops: generate(prompts, sampling) -> list[list[Completion]]; update_weights(shared + bucket | blob, version, adapter);
 init_weight_channel(host, port, world, rank, backend, group_timeout_s); receive_weights(meta, version, adapter)
 (adapter: None for full weights, else a LoRA adapter's peft config, for an engine that loads adapters);
@@ -22,10 +26,12 @@ Weights travel one of two ways (rollout.weight_sync):
 Start one by hand (e.g. on another node), then give its URL to the run (rollout.worker_urls):
 
     GRPO_WORKER_AUTHKEY=secret python -m backend.rollout.worker --engine vllm --model Qwen/Qwen2.5-1.5B \\
-        --listen 0.0.0.0:5555 --tensor-parallel-size 2
+        --listen 127.0.0.1:5555 --tensor-parallel-size 2
 
 It prints `GRPO-WORKER-READY <host:port> pid=<pid>` once the engine is loaded. The trainer reads the
-same key from GRPO_WORKER_AUTHKEY.
+same key from GRPO_WORKER_AUTHKEY. The key authenticates but encrypts nothing: across machines, reach the
+port through an SSH tunnel (`ssh -N -L 5555:127.0.0.1:5555 gpu-node`, then worker_urls [127.0.0.1:5555]) or
+a TLS tunnel rather than listening on an open network (README, "Rollout workers on other machines").
 
 Supervision (WorkerHandle): a worker the trainer starts runs in its own process group and dies with
 its parent (a watchdog on its parent pid); every call waits in slices, checking the process, so a worker that dies
@@ -39,6 +45,7 @@ import argparse
 import atexit
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import threading
@@ -47,17 +54,20 @@ import traceback
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from multiprocessing import AuthenticationError
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from backend.procs import kill_group, spawn_group, watch_parent
+from backend.rollout import wire
 from backend.rollout.base import Completion, PromptInput, RolloutEngine, SamplingParams
 
 READY = "GRPO-WORKER-READY"
 AUTHKEY_ENV = "GRPO_WORKER_AUTHKEY"
+HANDSHAKE_TIMEOUT_S = 10.0  # a connection that has not authenticated by then is dropped
+MAX_HANDSHAKES = 64  # connections authenticating at once; more are closed at once (a thread each, for 10 s)
 
 
 @dataclass
@@ -127,10 +137,14 @@ def build_engine(cfg: WorkerConfig):
 
 
 class _Server:
-    def __init__(self, engine, cfg: WorkerConfig):
-        self.engine, self.cfg = engine, cfg
+    def __init__(self, engine, cfg: WorkerConfig, authkey: bytes):
+        self.engine, self.cfg, self.authkey = engine, cfg, authkey
         self.version = 0  # policy version of the weights loaded last
         self.closing = False
+        self.lock = threading.Lock()  # one request at a time reaches the engine, whichever client sent it
+        self.served = threading.Event()  # an authenticated client has come and gone
+        self.closed = threading.Event()  # the reply to close() has been sent: the worker may exit
+        self.handshakes = threading.BoundedSemaphore(MAX_HANDSHAKES)
         self.channel = None  # the weight channel (weight_sync.WeightChannel) once the trainer sets it up
         self.shared = None  # the trainer's mapped weights file (weight_sync.SharedWeights), once one arrived
 
@@ -190,19 +204,67 @@ class _Server:
     def serve(self, conn: Connection) -> None:
         while not self.closing:
             try:
-                req = conn.recv()
+                req = wire.recv(conn)
             except (EOFError, OSError):
+                return
+            except wire.WireError as err:  # not the protocol: say so, and drop the client
+                self._reply(conn, {"ok": False, "error": f"WireError: {err}", "traceback": ""})
                 return
             t0, c0 = time.perf_counter(), time.process_time()
             try:
-                result = self.handle(req["op"], req.get("args", {}))
+                if not isinstance(req, dict) or not isinstance(req.get("op"), str):
+                    raise ValueError("a request is {'op': name, 'args': {...}}")
+                with self.lock:
+                    result = self.handle(req["op"], req.get("args") or {})
                 # the engine's own wall time, and this process's CPU time for the call (what benchmarks compare)
                 reply = {"ok": True, "result": result, "seconds": time.perf_counter() - t0,
                          "cpu_seconds": time.process_time() - c0}
             except Exception as err:  # the client raises it with the worker's name and log
                 reply = {"ok": False, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
                 print(reply["traceback"], file=sys.stderr, flush=True)
-            conn.send(reply)
+            if not self._reply(conn, reply):
+                return
+        self.closed.set()
+
+    @staticmethod
+    def _reply(conn: Connection, reply: dict[str, Any]) -> bool:
+        try:
+            try:
+                wire.send(conn, reply)
+            except wire.WireError as err:  # a result the format does not carry is the engine's bug: report it
+                wire.send(conn, {"ok": False, "error": f"WireError: {err}", "traceback": ""})
+        except OSError:
+            return False
+        return True
+
+    def client(self, sock: socket.socket, peer: Any) -> None:
+        """One client, on its own thread: the handshake within HANDSHAKE_TIMEOUT_S, then its requests. The caller
+        holds one of `handshakes` for it, released here once the handshake is over."""
+        timer = threading.Timer(HANDSHAKE_TIMEOUT_S, _drop, [sock])  # unblocks a read from a silent peer
+        timer.start()
+        conn = Connection(os.dup(sock.fileno()))
+        try:
+            deliver_challenge(conn, self.authkey)
+            answer_challenge(conn, self.authkey)
+        except (AuthenticationError, OSError, EOFError) as err:
+            print(f"refused a connection from {peer}: {type(err).__name__}: {err or 'no handshake in time'}",
+                  file=sys.stderr, flush=True)
+            conn.close()
+            sock.close()
+            return
+        finally:
+            timer.cancel()
+            self.handshakes.release()
+        with conn, sock:
+            self.serve(conn)
+        self.served.set()
+
+
+def _drop(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)  # a blocked read on the connection returns EOF
+    except OSError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,20 +289,20 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     engine = build_engine(cfg)
     host, _, port = listen.rpartition(":")
-    with Listener((host or "127.0.0.1", int(port)), authkey=key.encode()) as listener:
-        h, p = listener.address
+    server = _Server(engine, cfg, key.encode())
+    with socket.create_server((host or "127.0.0.1", int(port))) as listener:
+        h, p = listener.getsockname()[:2]
         print(f"{READY} {h}:{p} pid={os.getpid()} engine={cfg.engine} loaded in {time.time() - t0:.1f}s", flush=True)
-        server = _Server(engine, cfg)
-        while not server.closing:
+        listener.settimeout(0.5)  # to see the events; accepted sockets stay blocking
+        while not server.closed.is_set() and not (parent and server.served.is_set()):  # supervised: its trainer only
             try:
-                conn = listener.accept()
-            except (AuthenticationError, OSError, EOFError) as err:  # a client with the wrong key: refuse it, go on
-                print(f"refused a connection: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+                sock, peer = listener.accept()
+            except TimeoutError:
                 continue
-            with conn:
-                server.serve(conn)
-            if parent:  # a supervised worker serves its trainer only
-                break
+            if not server.handshakes.acquire(blocking=False):
+                sock.close()
+                continue
+            threading.Thread(target=server.client, args=(sock, peer), daemon=True, name=f"client-{peer}").start()
     if server.channel is not None:
         server.channel.close()
     engine.close()
@@ -300,7 +362,7 @@ class WorkerHandle(RolloutEngine):
                 raise self._fail("is closed")
             limit = self.timeout_s if timeout_s is None else timeout_s
             try:
-                self.conn.send({"op": op, "args": args})
+                wire.send(self.conn, {"op": op, "args": args})
                 t0 = time.time()
                 while not self.conn.poll(0.2):
                     if self.proc is not None and self.proc.poll() is not None:
@@ -308,7 +370,7 @@ class WorkerHandle(RolloutEngine):
                     if time.time() - t0 > limit:
                         self.kill()
                         raise self._fail(f"did not answer {op} within {limit:.0f}s (killed)")
-                reply = self.conn.recv()
+                reply = wire.recv(self.conn)
             except (EOFError, OSError, BrokenPipeError) as err:
                 code = self.proc.poll() if self.proc is not None else None
                 raise self._fail(f"lost its connection during {op}" + (f" (exit code {code})" if code is not None else "")

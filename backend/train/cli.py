@@ -1,13 +1,17 @@
 """Headless GRPO training.
 
     python -m backend.train --config presets/tiny-cpu.yaml [--set section.field=value ...]
-    python -m backend.train --resume runs/<run_id>
+    python -m backend.train --resume runs/<run_id> [--allow-path DIR ...]
     python -m backend.train --list-options          # every option with its default, bounds and help
     python -m backend.train --join runs/<run_id> --node-rank 1   # another node's ranks of a multi-node run
 
 The first line of stdout is the run directory. A bad config exits 2 with messages naming the
 fields, and creates no run directory. The studio launches `--run-dir DIR` (spec.yaml already there,
 stdout already going to train.log).
+
+A resume runs the check a start runs, confined to the working directory, the run's runs folder and any
+--allow-path: a run directory may have been copied from anywhere, and its spec.yaml must not make this
+process load a plugin, an interpreter or a model from elsewhere (exit 2 naming the field).
 """
 
 from __future__ import annotations
@@ -67,8 +71,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--node-rank", type=int, default=1, help="with --join: this node's index (1 .. nnodes-1)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                     help="override one option (repeatable)")
+    ap.add_argument("--allow-path", action="append", default=[], metavar="DIR",
+                    help="with --resume: a folder outside the working directory the run's paths may lead to")
     ap.add_argument("--preset", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--resumed", action="store_true", help=argparse.SUPPRESS)  # a rank of a resumed run
+    ap.add_argument("--resumed", action="store_true", help=argparse.SUPPRESS)  # the launcher checked it, or a rank
     return ap.parse_args(argv)
 
 
@@ -101,18 +107,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.overrides:
             print("--set cannot change a run's frozen spec; start a new run with --config", file=sys.stderr)
             return 2
-        try:
-            spec = load_spec(run.spec_path)
-        except SpecError as err:
-            print(err, file=sys.stderr)
-            return 2
-        resume = bool(args.resume) or args.resumed
         st = run.read_status()
         # the launcher records the pid of the process it spawns, i.e. this one, before we get here
         if (args.resume and st.get("state") in ACTIVE_STATES and st.get("pid") != os.getpid()
                 and process_alive(st.get("pid"), st.get("pid_create_time"))):
             print(f"{run.path} is still {st['state']} (pid {st['pid']}); stop it before resuming", file=sys.stderr)
             return 2
+        try:
+            if args.resume:  # a run directory is untrusted: Start's check, confined; base_dir is ours, not its
+                from backend.checks import check_resume, resume_workspace
+
+                spec = check_resume(run, resume_workspace(run, base_dir, args.allow_path))
+                run.write_status(base_dir=str(base_dir.resolve()))
+            else:  # the launcher's entry: it checked the spec and wrote base_dir
+                spec = load_spec(run.spec_path)
+        except SpecError as err:
+            print(err, file=sys.stderr)
+            return 2
+        resume = bool(args.resume) or args.resumed
         tee = not args.run_dir
         base_dir = Path(run.read_status().get("base_dir") or base_dir)
 
