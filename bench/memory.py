@@ -81,12 +81,14 @@ def child(trainer: str, model: Path, tokens: int, steps: int, overrides: list[st
 
     floor = psutil.Process().memory_info().rss + 16 * param_count(model)
     ends: list[float] = []
+    cpu: list[float] = []  # this process's CPU seconds at each step's end (one thread: steadier on a busy host)
     phases: dict[str, float] = {}  # our trainer's per-phase peaks (backend.train.telemetry), GB
     if trainer == "ours":
         from bench.common import run_ours
 
         def on_step(t, row: dict) -> None:
             ends.append(time.time())
+            cpu.append(time.process_time())
             for k, v in row.items():
                 if k.startswith("system/peak_gb/"):
                     phases[k.rsplit("/", 1)[1]] = max(v, phases.get(k.rsplit("/", 1)[1], 0.0))
@@ -97,12 +99,14 @@ def child(trainer: str, model: Path, tokens: int, steps: int, overrides: list[st
 
         clock = StepClock()
         trl_trainer(spec, [clock]).train()
-        ends = clock.times[1:]
+        ends, cpu = clock.times[1:], clock.cpu[1:]
     # our trainer resets the high-water mark at each phase (which getrusage reads too): the peak is the largest
     # phase's, and the parent's polling of the RSS checks it from outside (measure)
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, *(gb * GB for gb in phases.values()))
     per_step = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else float("nan")
-    print(json.dumps({"peak": peak, "floor": floor, "s_per_step": per_step, "phases_gb": phases}), flush=True)
+    cpu_per_step = (cpu[-1] - cpu[0]) / (len(cpu) - 1) if len(cpu) > 1 else float("nan")
+    print(json.dumps({"peak": peak, "floor": floor, "s_per_step": per_step, "cpu_s_per_step": cpu_per_step,
+                      "phases_gb": phases}), flush=True)
 
 
 def measure(trainer: str, model: Path, tokens: int, steps: int, cap: float, overrides: list[str]
@@ -147,7 +151,8 @@ def main() -> None:
         model = make_model(Path(tmp) / "model", args.vocab)
         print(f"vocabulary {args.vocab}, 4 x 8 completions, {args.steps} steps per run, cap {args.cap_gb:.0f} GB"
               + (f", {' '.join(args.set)}" if args.set else ""))
-        print(f"{'tokens':>6} {'trainer':>7} {'peak GB':>8} {'floor GB':>8} {'above GB':>8} {'s/step':>7}  status")
+        print(f"{'tokens':>6} {'trainer':>7} {'peak GB':>8} {'floor GB':>8} {'above GB':>8} {'s/step':>7} "
+              f"{'CPU s/step':>10}  status")
         results: dict[tuple[int, str], dict] = {}
         for tokens in args.tokens:
             for trainer in args.trainers:
@@ -156,14 +161,15 @@ def main() -> None:
                 if r["status"] == "ok":
                     phases = " ".join(f"{k} {v:.2f}" for k, v in r.get("phases_gb", {}).items())
                     print(f"{tokens:>6} {trainer:>7} {r['peak'] / GB:>8.2f} {r['floor'] / GB:>8.2f} "
-                          f"{(r['peak'] - r['floor']) / GB:>8.2f} {r['s_per_step']:>7.2f}  ok"
+                          f"{(r['peak'] - r['floor']) / GB:>8.2f} {r['s_per_step']:>7.2f} {r['cpu_s_per_step']:>10.2f}  ok"
                           + (f" (peak GB by phase: {phases})" if phases else ""), flush=True)
                 else:
                     print(f"{tokens:>6} {trainer:>7} {'':>8} {'':>8} {'':>8} {'':>7}  {r['status']}", flush=True)
             ours, trl = results.get((tokens, "ours")), results.get((tokens, "trl"))
             if ours and trl and ours["status"] == trl["status"] == "ok":
                 print(f"{tokens:>6}   ours/TRL memory above floor {(ours['peak'] - ours['floor']) / (trl['peak'] - trl['floor']):.2f}x,"
-                      f" speed {trl['s_per_step'] / ours['s_per_step']:.2f}x", flush=True)
+                      f" speed {trl['s_per_step'] / ours['s_per_step']:.2f}x (per CPU second "
+                      f"{trl['cpu_s_per_step'] / ours['cpu_s_per_step']:.2f}x)", flush=True)
 
 
 if __name__ == "__main__":
