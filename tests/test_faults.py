@@ -1,0 +1,90 @@
+"""Fault injection (issue 28, items 5-9): non-finite values, hostile run-directory files, corrupt checkpoints, a
+full disk, and the processes a run leaves behind. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from backend.rundir import RunDir
+from tests.test_trainer import ROOT, TINY
+
+PLUGIN = ROOT / "tests/plugins/nonfinite_rewards.py"
+
+
+def strict_rows(path: Path) -> list[dict]:
+    """Every line as strict JSON (Python's json accepts NaN and Infinity, which JSON does not have)."""
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines() if line.strip()]
+
+
+def weights_of(run: RunDir, step: int) -> dict[str, torch.Tensor]:
+    return load_file(run.checkpoints_dir / f"step-{step}" / "model" / "model.safetensors")
+
+
+# --------------------------------------------------------------------- 6: run-directory files, written strictly, read warily
+
+
+def test_metrics_are_written_as_strict_json(tmp_path: Path) -> None:
+    import numpy as np
+
+    run = RunDir(tmp_path)
+    run.append_jsonl(run.metrics_path, [{"step": 1, "loss": float("nan"), "kl": float("-inf"),
+                                         "n": np.float32("inf"), "t": torch.tensor([1.0, float("nan")])}])
+    run.write_status(state="running", reward=float("nan"))
+    assert strict_rows(run.metrics_path) == [{"step": 1, "loss": None, "kl": None, "n": None, "t": [1.0, None]}]
+    assert json.loads(run.status_path.read_text(), parse_constant=lambda c: 1 / 0)["reward"] is None
+
+
+def _run_with_status(root: Path, name: str, content: bytes) -> RunDir:
+    (root / name).mkdir(parents=True)
+    (root / name / "spec.yaml").write_text(TINY.read_text())
+    (root / name / "status.json").write_bytes(content)
+    return RunDir(root / name)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe{\x00", b"null", b"[1, 2]", b'"running"', b"{not json"])
+def test_a_broken_status_shows_as_broken_and_the_others_still_list(tmp_path: Path, content: bytes) -> None:
+    from app.runlist import runs_table
+    from app.runs_tab import progress_html
+
+    good = _run_with_status(tmp_path, "20260101-000000-good", b'{"state": "finished", "step": 3, "total_steps": 3}')
+    bad = _run_with_status(tmp_path, "20260102-000000-bad", content)
+    infos, rows = runs_table(tmp_path)
+    by_id = {i.run_id: i for i in infos}
+    assert by_id[good.run_id].state == "finished" and by_id[good.run_id].step == 3
+    assert by_id[bad.run_id].state == "broken" and "status.json" in by_id[bad.run_id].error
+    assert bad.state() == "broken"
+    assert "status.json" in progress_html(by_id[bad.run_id], None, "en")
+    bad.write_status(state="stopped")  # a writer replaces a broken file
+    assert bad.read_status()["state"] == "stopped"
+
+
+def test_status_fields_of_the_wrong_type_are_dropped(tmp_path: Path) -> None:
+    from app.runlist import run_info
+
+    run = _run_with_status(tmp_path, "r", json.dumps({"state": "running", "pid": "1", "pid_create_time": [],
+                                                      "step": "x", "warnings": 7, "reward": {}}).encode())
+    info = run_info(run)
+    assert info.state == "failed"  # running, with no process to show for it
+    assert info.step == 0 and info.warnings == [] and info.reward is None
+
+
+def test_bare_and_foreign_metric_lines_are_skipped(tmp_path: Path) -> None:
+    from app.store import RunCache
+
+    run = RunDir(tmp_path)
+    run.metrics_path.write_bytes(b'{"step": 1, "reward": 0.5}\n42\n"text"\n[1]\n\xff\xfe\n{"step": "two"}\n'
+                                 b'{"step": 2, "reward": 0.7}\n')
+    rows, _ = run.read_metrics()
+    assert [r["step"] for r in rows] == [1, "two", 2]
+    table = RunCache(tmp_path).refresh_metrics()
+    assert len(table) == 3
+    run.truncate_after_step(1)  # what a resume does: it must not trip over the bad lines
+    assert [r["step"] for r in run.read_metrics()[0]] == [1]
