@@ -11,7 +11,9 @@ import torch
 from safetensors.torch import load_file
 
 from backend.rundir import RunDir
-from tests.test_trainer import ROOT, TINY
+from backend.train import guard
+from backend.train.loop import GRPOTrainer
+from tests.test_trainer import ROOT, TINY, make_run, train
 
 PLUGIN = ROOT / "tests/plugins/nonfinite_rewards.py"
 
@@ -26,6 +28,72 @@ def strict_rows(path: Path) -> list[dict]:
 
 def weights_of(run: RunDir, step: int) -> dict[str, torch.Tensor]:
     return load_file(run.checkpoints_dir / f"step-{step}" / "model" / "model.safetensors")
+
+
+# ----------------------------------------------------------------------------- 5: non-finite values
+
+
+def test_huge_rewards_skip_every_update_and_fail_the_run_after_three(tmp_path: Path) -> None:
+    run, spec = make_run(tmp_path, "algorithm.max_steps=6", f"rewards.plugins=[{PLUGIN}]",
+                         "rewards.functions=[{name: huge}]")
+    t = GRPOTrainer(spec, run, ROOT).setup()
+    before = {n: p.detach().clone() for n, p in t.policy.named_parameters()}
+    with pytest.raises(guard.NonFiniteError, match=f"{guard.LIMIT} updates in a row skipped"):
+        t.train()
+    assert all(torch.equal(p, before[n]) for n, p in t.policy.named_parameters())  # no update was applied
+    rows = strict_rows(run.metrics_path)  # valid JSON: null where the value is not finite
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r[guard.SKIPPED] == 1.0 and r["loss"] is None and r["reward"] is None for r in rows)
+    warnings = run.read_status()["warnings"]
+    assert any("skipped for non-finite values" in w for w in warnings)
+    assert run.checkpoints() == []  # the failure saved nothing
+    strict_rows(run.samples_path)
+
+
+def test_one_overflowing_batch_is_skipped_and_training_goes_on(tmp_path: Path) -> None:
+    run, t = train(tmp_path, "algorithm.max_steps=3", f"rewards.plugins=[{PLUGIN}]",
+                   "rewards.functions=[{name: exact_match}, {name: huge_once}]")
+    rows = strict_rows(run.metrics_path)
+    assert [r[guard.SKIPPED] for r in rows] == [1.0, 0.0, 0.0]
+    assert rows[1]["grad_norm"] > 0
+    assert run.read_status()["state"] == "finished"
+    assert all(torch.isfinite(w).all() for w in weights_of(run, 3).values())
+
+
+@pytest.mark.parametrize("on_error", ["fail", "skip"])
+def test_a_reward_beyond_float32_is_a_reward_error(tmp_path: Path, on_error: str) -> None:
+    from backend.rewards.scorer import RewardError
+
+    overrides = ("algorithm.max_steps=1", f"rewards.plugins=[{PLUGIN}]", f"rewards.on_error={on_error}",
+                 "rewards.functions=[{name: exact_match}, {name: astronomic}]")
+    if on_error == "fail":
+        with pytest.raises(RewardError, match="1e\\+308 is too large"):
+            train(tmp_path, *overrides)
+        return
+    run, _ = train(tmp_path, *overrides)  # left unscored, counted as an error: nothing overflows
+    (row,) = strict_rows(run.metrics_path)
+    assert row["rewards/astronomic/errors"] == 1.0 and row[guard.SKIPPED] == 0.0
+
+
+def test_a_non_finite_gradient_is_never_applied() -> None:
+    from backend.train.dist import clipped_step
+
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.AdamW([w], lr=0.1)
+    w.grad = torch.tensor([1.0, float("nan"), 1.0])
+    norm = clipped_step([w], opt, 1.0)
+    assert norm != norm and torch.equal(w.detach(), torch.ones(3)) and not opt.state
+
+
+def test_non_finite_weights_are_never_checkpointed(tmp_path: Path) -> None:
+    run, t = train(tmp_path, "algorithm.max_steps=2", "output.save_steps=1")
+    with torch.no_grad():
+        next(t.policy.parameters())[0] = float("nan")
+    t.step = 3
+    with pytest.raises(guard.NonFiniteError, match="not finite at step 3"):
+        t.save_checkpoint()
+    assert [p.name for p in run.checkpoints()] == ["step-1", "step-2"]
+    assert not list(run.checkpoints_dir.glob(".*"))
 
 
 # --------------------------------------------------------------------- 6: run-directory files, written strictly, read warily
