@@ -101,8 +101,12 @@ def _typed_status(raw: dict[str, Any]) -> dict[str, Any]:
 def atomic_write_text(path: Path, text: str) -> None:
     # unique per writer (process and thread), so concurrent writers never rename each other's file away
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half-written temp file is left beside it
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_jsonl(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:

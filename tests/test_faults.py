@@ -3,17 +3,23 @@ full disk, and the processes a run leaves behind. Each test failed before its fi
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from backend.rundir import RunDir
-from backend.train import guard
+from backend.rundir import RunDir, read_jsonl
+from backend.spec import load_spec
+from backend.train import checkpoint, guard
 from backend.train.loop import GRPOTrainer
-from tests.test_trainer import ROOT, TINY, make_run, train
+from tests.test_trainer import FAST, ROOT, TINY, make_run, train
 
 PLUGIN = ROOT / "tests/plugins/nonfinite_rewards.py"
 
@@ -156,3 +162,103 @@ def test_bare_and_foreign_metric_lines_are_skipped(tmp_path: Path) -> None:
     assert len(table) == 3
     run.truncate_after_step(1)  # what a resume does: it must not trip over the bad lines
     assert [r["step"] for r in run.read_metrics()[0]] == [1]
+
+
+# ----------------------------------------------------------------------------- 7: corrupt checkpoints
+
+
+@pytest.mark.parametrize("victim", ["model/model.safetensors", "trainer_state.pt"])
+def test_resume_skips_a_truncated_latest_checkpoint(tmp_path: Path, victim: str) -> None:
+    run, _ = train(tmp_path, "algorithm.max_steps=4", "output.save_steps=2", stop_at=4)
+    manifest = json.loads((run.checkpoints_dir / "step-4" / checkpoint.MANIFEST).read_text())["files"]
+    assert victim in manifest and manifest[victim]["size"] > 0
+    path = run.checkpoints_dir / "step-4" / victim
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    spec = load_spec(run.spec_path)
+    spec = spec.model_copy(update={"algorithm": spec.algorithm.model_copy(update={"max_steps": 5})})
+    t = GRPOTrainer(spec, run, ROOT, resume=True).setup()
+    assert t.step == 2
+    assert len(t.notes) == 1 and "step-4" in t.notes[0] and victim in t.notes[0] and "truncated" in t.notes[0]
+    assert t.train() == "finished"
+    assert [r["step"] for r in read_jsonl(run.metrics_path)[0]] == [1, 2, 3, 4, 5]
+    assert any("step-4 skipped" in w for w in run.read_status()["warnings"])
+
+
+def test_resume_with_no_checkpoint_that_verifies_says_why(tmp_path: Path) -> None:
+    run, _ = train(tmp_path, "algorithm.max_steps=2", "output.save_steps=1")
+    for ckpt in run.checkpoints():
+        (ckpt / "trainer_state.pt").write_bytes(b"")
+    with pytest.raises(checkpoint.CheckpointError, match="no checkpoint to resume from verifies: checkpoint step-2"):
+        checkpoint.resume_point(run.checkpoints())
+
+
+def test_the_manifest_lists_every_file(tmp_path: Path) -> None:
+    run, _ = train(tmp_path, "algorithm.max_steps=1")
+    ckpt = run.checkpoints()[-1]
+    files = json.loads((ckpt / checkpoint.MANIFEST).read_text())["files"]
+    on_disk = {p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*") if p.is_file()}
+    assert set(files) == on_disk - {checkpoint.MANIFEST, "COMPLETE"}
+    shutil.rmtree(ckpt / "model")
+    assert "missing" in checkpoint.verify(ckpt)
+
+
+# ----------------------------------------------------------------------------- 8: a full disk
+
+
+def _assert_failed_on_a_full_disk(run: RunDir, kept: str, lost: str) -> None:
+    st = run.read_status()
+    assert st["state"] == "failed", st
+    assert "no space left on device" in st["error"] and str(run.checkpoints_dir) in st["error"]
+    assert [p.name for p in run.checkpoints()] == [kept]
+    assert checkpoint.verify(run.checkpoints_dir / kept) == ""
+    assert not (run.checkpoints_dir / f".{lost}.tmp").exists()
+
+
+def test_a_full_disk_at_a_save_fails_clearly_and_keeps_the_last_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    from backend.train import cli
+
+    real = checkpoint.save_trainer_state
+
+    def fills_the_disk(path: Path, **kw) -> None:
+        if kw["step"] == 4:
+            path.write_bytes(b"\0" * 1000)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, **kw)
+
+    monkeypatch.setattr(checkpoint, "save_trainer_state", fills_the_disk)
+    run, _ = make_run(tmp_path, "algorithm.max_steps=6", "output.save_steps=2")
+    assert cli.main(["--run-dir", str(run.path)]) == 1
+    _assert_failed_on_a_full_disk(run, "step-2", "step-4")
+
+
+def test_a_status_write_on_a_full_disk_leaves_no_temp_file(tmp_path: Path, monkeypatch) -> None:
+    real = Path.write_text
+
+    def fills_the_disk(self: Path, text: str, *args, **kwargs) -> int:
+        real(self, text[:3])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_text", fills_the_disk)
+    with pytest.raises(OSError, match="No space left"):
+        RunDir(tmp_path).write_status(state="running")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_full_tmpfs_at_a_save(tmp_path: Path) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    # one 31 MB checkpoint of the tiny model fits, a second does not
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(disk)], check=True)
+    try:
+        r = subprocess.run([sys.executable, "-m", "backend.train", "--config", str(TINY),
+                            "--set", f"output.runs_dir={disk}", *sum((["--set", o] for o in FAST), []),
+                            "--set", "algorithm.max_steps=6", "--set", "output.save_steps=2"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+        run = RunDir(r.stdout.splitlines()[0])
+        _assert_failed_on_a_full_disk(run, "step-2", "step-4")
+        assert "no space left on device" in run.log_path.read_text()
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -62,6 +62,7 @@ class GRPOTrainer:
         self.skip_zero_advantage = True  # leave all-zero-advantage groups out of the loss pass where exact
         self.started, self.elapsed_before = time.time(), 0.0
         self.ranks: dist.Ranks | None = None
+        self.notes: list[str] = []  # what resuming skipped (checkpoints that do not verify)
         self.guard = guard.Guard()  # skipped non-finite updates; fails the run after guard.LIMIT in a row
         self._closers: list[Callable[[], None]] = []  # what cleanup() releases, in order
 
@@ -70,7 +71,9 @@ class GRPOTrainer:
     def setup(self) -> GRPOTrainer:
         spec, base_dir, a = self.spec, self.base_dir, self.spec.algorithm
         self.ranks = dist.setup(spec)  # one rank: every hook of it is the identity (backend/train/dist.py)
-        ckpt = self.run.latest_checkpoint() if self.resume else None
+        ckpt, self.notes = checkpoint.resume_point(self.run.checkpoints()) if self.resume else (None, [])
+        for note in self.notes:  # in train.log, and in status.json's warnings with the others
+            print(note, flush=True)
         self.run = self.ranks.run_view(self.run)
         if spec.resources.num_threads:
             torch.set_num_threads(spec.resources.num_threads)
@@ -203,7 +206,7 @@ class GRPOTrainer:
         step_s = timing["timing/step_s"]
         self.run.write_status(state="stopping" if STOP.is_set() else "running", step=self.step, reward=row["reward"],
                               step_s=step_s, eta_s=eta.update(step_s, self.spec.algorithm.max_steps - self.step),
-                              elapsed_s=self.elapsed(), warnings=self.rollouts.unscored.warnings() + self.guard.warnings())
+                              elapsed_s=self.elapsed(), warnings=self.notes + self.rollouts.unscored.warnings() + self.guard.warnings())
         print(f"step {self.step}/{self.spec.algorithm.max_steps} reward {row['reward']:.3f} loss {row['loss']:.4f} "
               f"len {row['completions/mean_length']:.1f} {step_s:.2f}s", flush=True)
         self.guard.raise_at_limit()  # once the step's row and status say why
