@@ -7,8 +7,10 @@ import errno
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from backend.rundir import RunDir, read_jsonl
 from backend.spec import load_spec
 from backend.train import checkpoint, guard
 from backend.train.loop import GRPOTrainer
+from tests.procs import gone
 from tests.test_trainer import FAST, ROOT, TINY, make_run, train
 
 PLUGIN = ROOT / "tests/plugins/nonfinite_rewards.py"
@@ -262,3 +265,74 @@ def test_a_full_tmpfs_at_a_save(tmp_path: Path) -> None:
         assert "no space left on device" in run.log_path.read_text()
     finally:
         subprocess.run(["umount", str(disk)], check=True)
+
+
+# ----------------------------------------------------------------------------- 9: processes
+
+
+def test_a_child_watching_its_parent_takes_its_group_along() -> None:
+    # parent -> watcher (its own group, as spawn_group makes it) -> grandchild; kill -9 of the parent must
+    # end the grandchild too, as it ends a plugin's subprocess when the trainer is killed
+    watcher = ("import subprocess, sys, time\nfrom backend.procs import watch_parent\n"
+               "watch_parent(int(sys.argv[1]))\n"
+               "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+               "print(p.pid, flush=True)\ntime.sleep(60)\n")
+    parent = ("import os, sys, time\nfrom backend.procs import spawn_group\n"
+              f"w = spawn_group([sys.executable, '-c', {watcher!r}, str(os.getpid())], stdout=None)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", parent], cwd=ROOT, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    grandchild = int(proc.stdout.readline())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert gone(grandchild), "the watcher's child outlived the watcher"
+
+
+def test_test_rewards_does_not_wait_on_a_detached_grandchild(tmp_path: Path) -> None:
+    from app.reward_test import score_rewards
+
+    plugin = ROOT / "tests/plugins/detaching_rewards.py"
+    pid_file = tmp_path / "child.pid"
+    spec = load_spec(TINY, [f"rewards.plugins=[{plugin}]", "rewards.functions=[{name: detaching}]"])
+    os.environ["DETACHED_PID_FILE"] = str(pid_file)
+    try:
+        t0 = time.time()
+        out = score_rewards(spec, ROOT, rows=2, timeout_s=40)
+        took = time.time() - t0
+    finally:
+        del os.environ["DETACHED_PID_FILE"]
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)  # it left the group: ours to end
+    assert "error" not in out, out
+    assert out["functions"][0]["scored"] == 2
+    assert took < 30, f"waited {took:.0f}s for a pipe a detached grandchild held"
+
+
+def test_weight_files_of_a_killed_trainer_are_removed_at_the_next_start(tmp_path: Path) -> None:
+    from backend.rollout.weight_sync import SharedWeights
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"grpo-weights-{dead.pid}-abc123.bin"
+    live = tmp_path / f"grpo-weights-{os.getpid()}-def456.bin"
+    foreign = tmp_path / "grpo-weights-notours.bin"
+    for p in (stale, live, foreign):
+        p.write_bytes(b"\0" * 64)
+    sw = SharedWeights.create([("w", torch.zeros(4))], directory=str(tmp_path))
+    try:
+        assert not stale.exists() and live.exists() and foreign.exists()
+        assert Path(sw.path).name.startswith(f"grpo-weights-{os.getpid()}-")
+    finally:
+        sw.close()
+    assert not Path(sw.path).exists()
+
+
+def test_a_studio_resume_writes_each_log_line_once(tmp_path: Path) -> None:
+    run, _ = train(tmp_path, "algorithm.max_steps=3", stop_at=1)
+    run.log_path.write_text("")
+    with run.log_path.open("ab") as log:  # as the launcher starts it: stdout is train.log already
+        r = subprocess.run([sys.executable, "-m", "backend.train", "--resume", str(run.path)], cwd=ROOT,
+                           stdout=log, stderr=subprocess.STDOUT, timeout=300)
+    text = run.log_path.read_text()
+    assert r.returncode == 0, text[-3000:]
+    assert text.count("training 3 steps") == 1 and text.count("finished 3 steps") == 1, text[-3000:]

@@ -32,7 +32,9 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
+import psutil
 import torch
 
 ALIGN = 64  # bytes; every tensor starts at a multiple of this inside its bucket
@@ -110,6 +112,18 @@ def unpack(bucket: BucketMeta, buf: torch.Tensor) -> list[tuple[str, torch.Tenso
     return [(m.name, buf[m.offset:m.offset + m.nbytes].view(_DTYPES[m.dtype]).view(m.shape)) for m in bucket.tensors]
 
 
+_FILE_PREFIX = "grpo-weights-"  # then the owner's pid, "-", a random part, ".bin"
+
+
+def remove_orphaned_files(directory: str) -> None:
+    """Remove SharedWeights files in `directory` whose owning process no longer exists."""
+    for p in Path(directory).glob(f"{_FILE_PREFIX}*-*.bin"):
+        pid = p.name[len(_FILE_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
 class SharedWeights:
     """Full weights in one shared-memory file that stays mapped: the "file" channel to local workers.
 
@@ -127,9 +141,12 @@ class SharedWeights:
 
     @classmethod
     def create(cls, named: Iterable[tuple[str, torch.Tensor]], directory: str | None = None) -> SharedWeights:
-        """The trainer's side: a new file sized for `named` (one bucket), removed again by close()."""
+        """The trainer's side: a new file sized for `named` (one bucket), removed again by close(). Its name
+        holds the trainer's pid; files of trainers that are gone (a kill -9 never ran close()) are removed
+        first, since each is as large as the model and /dev/shm is memory."""
         (bucket,) = plan_buckets(named, 1 << 62).buckets
-        fd, path = tempfile.mkstemp(prefix="grpo-weights-", suffix=".bin", dir=directory)
+        remove_orphaned_files(directory or tempfile.gettempdir())
+        fd, path = tempfile.mkstemp(prefix=f"{_FILE_PREFIX}{os.getpid()}-", suffix=".bin", dir=directory)
         os.close(fd)
         return cls(bucket, path, owner=True)
 

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return _rank_main(spec, run, base_dir, resume, rank)
     signals.install()  # before the heavy imports below: an early SIGTERM still ends in 'stopped'
     print(run.path, flush=True)
-    if tee:
+    if tee and not _writes_to(sys.stdout, run.log_path):  # the studio's resume sends stdout there already
         log = run.log_path.open("a")
         sys.stdout = _Tee(sys.stdout, log)  # type: ignore[assignment]
         sys.stderr = _Tee(sys.stderr, log)  # type: ignore[assignment]
@@ -150,6 +150,15 @@ def main(argv: list[str] | None = None) -> int:
         trainer.cleanup()  # a failed setup may have started workers already
         if trainer.ranks is not None:
             trainer.ranks.close()  # DeepSpeed on one process still holds a process group
+
+
+def _writes_to(stream: TextIO, path: Path) -> bool:
+    """Whether `stream` is the file at `path` (a tee into it would write every line twice)."""
+    try:
+        mine, theirs = os.fstat(stream.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):  # no file descriptor, or no such file yet
+        return False
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
 def _rank_main(spec, run: RunDir, base_dir: Path, resume: bool, rank: int) -> int:
