@@ -178,10 +178,12 @@ def test_resume_skips_a_truncated_latest_checkpoint(tmp_path: Path, victim: str)
     path = run.checkpoints_dir / "step-4" / victim
     with path.open("r+b") as f:
         f.truncate(path.stat().st_size // 2)
+    partial = run.checkpoints_dir / ".step-6.tmp"  # what a save killed midway leaves
+    (partial / "model").mkdir(parents=True)
     spec = load_spec(run.spec_path)
     spec = spec.model_copy(update={"algorithm": spec.algorithm.model_copy(update={"max_steps": 5})})
     t = GRPOTrainer(spec, run, ROOT, resume=True).setup()
-    assert t.step == 2
+    assert t.step == 2 and not partial.exists()
     assert len(t.notes) == 1 and "step-4" in t.notes[0] and victim in t.notes[0] and "truncated" in t.notes[0]
     assert t.train() == "finished"
     assert [r["step"] for r in read_jsonl(run.metrics_path)[0]] == [1, 2, 3, 4, 5]
@@ -246,6 +248,22 @@ def test_a_status_write_on_a_full_disk_leaves_no_temp_file(tmp_path: Path, monke
     with pytest.raises(OSError, match="No space left"):
         RunDir(tmp_path).write_status(state="running")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_resume_on_a_full_disk_says_so(tmp_path: Path, monkeypatch, capsys) -> None:
+    from backend.train import cli
+
+    run, _ = train(tmp_path, "algorithm.max_steps=1")
+    run.log_path.write_text("")  # the log exists, so no tee is opened into it
+
+    def full(self: RunDir, **fields) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(RunDir, "write_status", full)
+    monkeypatch.setattr(sys, "stdout", open(run.log_path, "a"))  # noqa: SIM115 - as the launcher's resume
+    assert cli.main(["--resume", str(run.path)]) == 1
+    sys.stdout.close()
+    assert f"No space left on device in {run.path}" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")

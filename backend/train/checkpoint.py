@@ -4,6 +4,7 @@
 COMPLETE and renames it into place, so a kill during a save leaves the previous checkpoint as the newest complete
 one (an incomplete leftover is replaced next time). A save that fails (a full disk, any error) removes its
 partial directory and keeps the previous checkpoint; a full disk says "no space left on device" and where.
+What a kill -9 mid-save leaves is removed when the run resumes (`remove_partial`).
 `resume_point` picks the newest checkpoint whose files match their manifest and says which ones it skipped and
 why (a truncated model.safetensors or trainer_state.pt); a checkpoint from before manifests is taken as it is.
 
@@ -178,6 +179,12 @@ def resume_point(checkpoints: list[Path]) -> tuple[Path | None, list[str]]:
     if notes:
         raise CheckpointError("no checkpoint to resume from verifies: " + "; ".join(notes))
     return None, notes
+
+
+def remove_partial(checkpoints_dir: Path) -> None:
+    """Remove what saves killed midway left (.step-N.tmp): a resume must not find the disk full of them."""
+    for tmp in checkpoints_dir.glob(".step-*.tmp") if checkpoints_dir.is_dir() else []:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _disk_full(err: BaseException, where: Path) -> bool:

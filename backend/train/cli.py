@@ -131,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import psutil
 
-    run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
+    try:
+        run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
+    except OSError as err:  # a full disk, say: nothing of the run can be written, so this is all it can say
+        print(f"cannot start: {err.strerror or err} in {run.path}", file=sys.stderr, flush=True)
+        return 1
     if spec.resources.world_size > 1:  # this process supervises the ranks torchrun starts
         return supervise.supervise(spec, run, ["--run-dir", str(run.path.resolve())] + (["--resumed"] if resume else []))
     from backend.train.loop import GRPOTrainer

@@ -71,6 +71,8 @@ class GRPOTrainer:
     def setup(self) -> GRPOTrainer:
         spec, base_dir, a = self.spec, self.base_dir, self.spec.algorithm
         self.ranks = dist.setup(spec)  # one rank: every hook of it is the identity (backend/train/dist.py)
+        if self.resume and self.ranks.is_main:
+            checkpoint.remove_partial(self.run.checkpoints_dir)
         ckpt, self.notes = checkpoint.resume_point(self.run.checkpoints()) if self.resume else (None, [])
         for note in self.notes:  # in train.log, and in status.json's warnings with the others
             print(note, flush=True)
