@@ -25,6 +25,7 @@ from tests.procs import gone
 from tests.test_trainer import FAST, ROOT, TINY, make_run, train
 
 PLUGIN = ROOT / "tests/plugins/nonfinite_rewards.py"
+CHILDREN = ROOT / "tests/plugins/child_rewards.py"
 
 
 def strict_rows(path: Path) -> list[dict]:
@@ -306,19 +307,38 @@ def test_a_child_watching_its_parent_takes_its_group_along() -> None:
     assert gone(grandchild), "the watcher's child outlived the watcher"
 
 
+@pytest.mark.parametrize("end", ["finish", "kill -9"])
+def test_a_plugin_subprocess_ends_with_the_trainer(tmp_path: Path, end: str) -> None:
+    pid_file = tmp_path / "child.pid"
+    cmd = [sys.executable, "-m", "backend.train", "--config", str(TINY), "--set", f"output.runs_dir={tmp_path}",
+           *sum((["--set", o] for o in FAST), []), "--set", f"algorithm.max_steps={2 if end == 'finish' else 500}",
+           "--set", f"rewards.plugins=[{CHILDREN}]",
+           "--set", "rewards.functions=[{name: exact_match}, {name: spawning, weight: 0}]"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "CHILD_PID_FILE": str(pid_file)})
+    deadline = time.time() + 120
+    while not pid_file.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    time.sleep(0.2)  # the pid is written before the file is closed
+    child = int(pid_file.read_text())
+    if end == "kill -9":
+        os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=120) == (0 if end == "finish" else -signal.SIGKILL)
+    assert gone(child), f"the plugin's subprocess outlived the trainer ({end})"
+
+
 def test_test_rewards_does_not_wait_on_a_detached_grandchild(tmp_path: Path) -> None:
     from app.reward_test import score_rewards
 
-    plugin = ROOT / "tests/plugins/detaching_rewards.py"
     pid_file = tmp_path / "child.pid"
-    spec = load_spec(TINY, [f"rewards.plugins=[{plugin}]", "rewards.functions=[{name: detaching}]"])
-    os.environ["DETACHED_PID_FILE"] = str(pid_file)
+    spec = load_spec(TINY, [f"rewards.plugins=[{CHILDREN}]", "rewards.functions=[{name: detaching}]"])
+    os.environ["CHILD_PID_FILE"] = str(pid_file)
     try:
         t0 = time.time()
         out = score_rewards(spec, ROOT, rows=2, timeout_s=40)
         took = time.time() - t0
     finally:
-        del os.environ["DETACHED_PID_FILE"]
+        del os.environ["CHILD_PID_FILE"]
         if pid_file.exists():
             os.kill(int(pid_file.read_text()), signal.SIGKILL)  # it left the group: ours to end
     assert "error" not in out, out
