@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -347,30 +348,46 @@ def test_test_rewards_does_not_wait_on_a_detached_grandchild(tmp_path: Path) -> 
 
 
 def test_weight_files_of_a_killed_trainer_are_removed_at_the_next_start(tmp_path: Path) -> None:
+    import fcntl
+
     from backend.rollout.weight_sync import SharedWeights
 
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    stale = tmp_path / f"grpo-weights-{dead.pid}-abc123.bin"
-    live = tmp_path / f"grpo-weights-{os.getpid()}-def456.bin"
-    foreign = tmp_path / "grpo-weights-notours.bin"
-    for p in (stale, live, foreign):
+    old = time.time() - 3600
+
+    def weight_file(name: str, age: float = old) -> Path:
+        p = tmp_path / name
         p.write_bytes(b"\0" * 64)
-    sw = SharedWeights.create([("w", torch.zeros(4))], directory=str(tmp_path))
-    try:
-        assert not stale.exists() and live.exists() and foreign.exists()
-        assert Path(sw.path).name.startswith(f"grpo-weights-{os.getpid()}-")
-    finally:
-        sw.close()
+        os.utime(p, (age, age))
+        return p
+
+    orphan = weight_file("grpo-weights-4242-abc123.bin")  # its trainer got kill -9: nobody holds its lock
+    live = weight_file("grpo-weights-4343-def456.bin")
+    young = weight_file("grpo-weights-4444-ghi789.bin", time.time())  # its owner may not have locked it yet
+    older_version = weight_file("grpo-weights-jkl012.bin")  # an older version's: it never locks
+    with live.open("rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as its living owner does
+        sw = SharedWeights.create([("w", torch.zeros(4))], directory=str(tmp_path))
+        try:
+            assert not orphan.exists() and live.exists() and young.exists() and older_version.exists()
+            assert Path(sw.path).name.startswith(f"grpo-weights-{os.getpid()}-")
+            with open(sw.path, "rb") as f, pytest.raises(BlockingIOError):
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held while the trainer lives
+        finally:
+            sw.close()
     assert not Path(sw.path).exists()
 
 
 def test_a_studio_resume_writes_each_log_line_once(tmp_path: Path) -> None:
     run, _ = train(tmp_path, "algorithm.max_steps=3", stop_at=1)
     run.log_path.write_text("")
+    shm = Path("/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir())
+    orphan = shm / f"grpo-weights-{os.getpid()}-faultstest.bin"  # as a trainer killed by -9 leaves it
+    orphan.write_bytes(b"\0" * 64)
+    os.utime(orphan, (time.time() - 3600,) * 2)
     with run.log_path.open("ab") as log:  # as the launcher starts it: stdout is train.log already
         r = subprocess.run([sys.executable, "-m", "backend.train", "--resume", str(run.path)], cwd=ROOT,
                            stdout=log, stderr=subprocess.STDOUT, timeout=300)
     text = run.log_path.read_text()
     assert r.returncode == 0, text[-3000:]
     assert text.count("training 3 steps") == 1 and text.count("finished 3 steps") == 1, text[-3000:]
+    assert not orphan.exists()  # removed at the next start

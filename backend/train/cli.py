@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
         return _rank_main(spec, run, base_dir, resume, rank)
     signals.install()  # before the heavy imports below: an early SIGTERM still ends in 'stopped'
     print(run.path, flush=True)
+    from backend.rollout.weight_sync import remove_orphaned_files
+
+    remove_orphaned_files()  # weight files of trainers killed by -9, as large as their models
     if tee and not _writes_to(sys.stdout, run.log_path):  # the studio's resume sends stdout there already
         log = run.log_path.open("a")
         sys.stdout = _Tee(sys.stdout, log)  # type: ignore[assignment]
