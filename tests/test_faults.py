@@ -169,6 +169,21 @@ def test_bare_and_foreign_metric_lines_are_skipped(tmp_path: Path) -> None:
     assert [r["step"] for r in run.read_metrics()[0]] == [1]
 
 
+@pytest.mark.parametrize(("results", "samples", "why"), [
+    (b"null", b"", "results.json holds a JSON NoneType"),
+    (b'{"metrics": 3}', b"", "metrics that are not an object"),
+    (b"{}", b'42\n{"prompt": "1+1=", "completion": "2", "reward": 1.0}\n', "sample 1 has no valid index"),
+    (b"{}", b'{"index": 0, "prompt": "1+1=", "completion": "2", "reward": "high"}\n', "no valid reward"),
+])
+def test_a_broken_evaluation_is_named_not_a_crash(tmp_path: Path, results: bytes, samples: bytes, why: str) -> None:
+    from backend.eval.compare import CompareError, load_eval
+
+    (tmp_path / "results.json").write_bytes(results)
+    (tmp_path / "samples.jsonl").write_bytes(samples)
+    with pytest.raises(CompareError, match=why):
+        load_eval(tmp_path)
+
+
 # ----------------------------------------------------------------------------- 7: corrupt checkpoints
 
 
