@@ -169,6 +169,18 @@ def test_bare_and_foreign_metric_lines_are_skipped(tmp_path: Path) -> None:
     assert [r["step"] for r in run.read_metrics()[0]] == [1]
 
 
+def test_rank_files_that_are_not_objects_are_skipped(tmp_path: Path) -> None:
+    from backend.train.supervise import failure_summary, read_rank_files
+
+    run = RunDir(tmp_path)
+    (tmp_path / "ranks").mkdir()
+    for i, content in enumerate([b"null", b"[1]", b"\xff", b'{"rank": "0"}', b'{"rank": 1, "error": "E"}']):
+        (tmp_path / "ranks" / f"rank-{i}.json").write_bytes(content)
+    ranks = read_rank_files(run)
+    assert [r["rank"] for r in ranks] == [1]
+    assert failure_summary(ranks, {}) == "rank 1: E"
+
+
 @pytest.mark.parametrize(("results", "samples", "why"), [
     (b"null", b"", "results.json holds a JSON NoneType"),
     (b'{"metrics": 3}', b"", "metrics that are not an object"),
