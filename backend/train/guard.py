@@ -1,13 +1,15 @@
 """The non-finite guard: a step whose rewards, advantages, loss or gradient norm is not finite trains nothing.
 
-Why: one reward plugin returning ±1e308 (or NaN) once gave NaN advantages, a NaN gradient, and NaN in every
-weight after a single AdamW step, and the run went on to "finished". The contract:
-- `batch_problem(ro)`: a rollout whose advantages, mean reward or reward spread is NaN or ±inf (a finite reward
-  so large that its group's statistics overflow counts too) is not trained on at all;
+Why: a reward plugin returning 1e308 became inf in the float32 score matrix, the advantages NaN, and a single
+AdamW step made every weight NaN; the run went on to "finished". The scorer now refuses scores beyond float32
+as it refuses NaN and inf (its on_error decides), but finite rewards can still overflow a group's statistics,
+and a model can still produce a NaN loss. The contract:
+- `batch_problem(ro)`: a rollout whose advantages, mean reward or reward spread is NaN or ±inf is not trained
+  on at all (every rank agrees: the loop all-reduces the verdict);
 - a gradient whose norm is not finite is never applied (`dist.clipped_step` skips the optimizer step);
-- each step's metrics line has `nonfinite/skipped` (1.0 when its update was skipped), and status.json a warning
-  the dashboard shows; `LIMIT` skipped updates in a row fail the run with the last cause, since by then the fault is in the
-  reward or the model, not one unlucky batch;
+- each step's metrics line has `nonfinite/skipped` (1.0 when its update was skipped), and status.json a
+  warning the dashboard shows; `LIMIT` skipped updates in a row fail the run with the last cause, since by
+  then the fault is in the reward or the model, not one unlucky batch;
 - `check_weights` refuses to checkpoint weights that are not finite (DeepSpeed applies its own update, so the
   guard cannot skip it there; this keeps such weights out of every checkpoint).
 """
@@ -37,7 +39,7 @@ def batch_problem(ro: Rollout) -> str | None:
     """Why this rollout must not be trained on, or None."""
     for key in ("reward", "reward_std"):
         if _bad(ro.metrics.get(key)):
-            return f"{key} is {ro.metrics.get(key)} (a reward function returned NaN, ±inf or a value too large)"
+            return f"{key} is {ro.metrics.get(key)} (rewards too large: their group statistics overflow)"
     if not torch.isfinite(ro.advantages).all():
         return "advantages are not finite"
     return None

@@ -208,7 +208,8 @@ class GRPOTrainer:
         step_s = timing["timing/step_s"]
         self.run.write_status(state="stopping" if STOP.is_set() else "running", step=self.step, reward=row["reward"],
                               step_s=step_s, eta_s=eta.update(step_s, self.spec.algorithm.max_steps - self.step),
-                              elapsed_s=self.elapsed(), warnings=self.notes + self.rollouts.unscored.warnings() + self.guard.warnings())
+                              elapsed_s=self.elapsed(),
+                              warnings=self.notes + self.rollouts.unscored.warnings() + self.guard.warnings())
         print(f"step {self.step}/{self.spec.algorithm.max_steps} reward {row['reward']:.3f} loss {row['loss']:.4f} "
               f"len {row['completions/mean_length']:.1f} {step_s:.2f}s", flush=True)
         self.guard.raise_at_limit()  # once the step's row and status say why
@@ -267,7 +268,8 @@ class GRPOTrainer:
         `AlgorithmSection.zero_advantage_skippable`): their loss and gradient are exactly zero. Entropy is then the mean over
         the completions that trained; the clip ratios stay over all tokens (skipped tokens never clip)."""
         a, r, d = self.spec.algorithm, self.spec.rollout, self.device
-        if guard.batch_problem(ro) is not None:  # not trained on at all; _log_step notes why (guard.py)
+        # not trained on at all (guard.py; every rank agrees, as advantages are sharded); _log_step notes why
+        if self.ranks.any(guard.batch_problem(ro) is not None):
             lr = self.scheduler.get_last_lr()[0]
             self.scheduler.step()  # the step counts, its update is skipped (as AMP's GradScaler)
             return {"loss": math.nan, "grad_norm": math.nan, "learning_rate": lr}
