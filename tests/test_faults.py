@@ -235,6 +235,9 @@ def test_the_manifest_lists_every_file(tmp_path: Path) -> None:
     assert set(files) == on_disk - {checkpoint.MANIFEST, "COMPLETE"}
     shutil.rmtree(ckpt / "model")
     assert "missing" in checkpoint.verify(ckpt)
+    for files in ([], {"../../spec.yaml": {"size": 1, "sha256": "0"}}, {"trainer_state.pt": 3}):
+        (ckpt / checkpoint.MANIFEST).write_text(json.dumps({"files": files}))
+        assert "not one this version writes" in checkpoint.verify(ckpt)
 
 
 # ----------------------------------------------------------------------------- 8: a full disk

@@ -156,6 +156,10 @@ def verify(ckpt: Path) -> str:
         return ""  # written before manifests: nothing to check it against
     except (OSError, ValueError, KeyError, TypeError):
         return f"its {MANIFEST} is unreadable"
+    if not isinstance(files, dict) or not all(
+            isinstance(want, dict) and isinstance(want.get("size"), int) and isinstance(want.get("sha256"), str)
+            and not Path(name).is_absolute() and ".." not in Path(name).parts for name, want in files.items()):
+        return f"its {MANIFEST} is not one this version writes"  # a file outside the checkpoint is never read
     for name, want in files.items():
         path = ckpt / name
         if not path.is_file():
