@@ -408,6 +408,31 @@ def test_weight_files_of_a_killed_trainer_are_removed_at_the_next_start(tmp_path
     assert not Path(sw.path).exists()
 
 
+def test_kill_9_of_a_trainer_with_rollout_workers_leaves_its_weight_file_to_the_next_start(tmp_path: Path) -> None:
+    from backend.rollout.weight_sync import remove_orphaned_files
+
+    run, _ = make_run(tmp_path, "algorithm.max_steps=100000", "rollout.placement=separate")
+    proc = subprocess.Popen([sys.executable, "-m", "backend.train", "--run-dir", str(run.path)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        shm = Path("/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir())
+        deadline = time.time() + 180
+        while not (files := list(shm.glob(f"grpo-weights-{proc.pid}-*.bin"))):
+            assert proc.poll() is None and time.time() < deadline, "the run made no weight file"
+            time.sleep(0.2)
+        for f in files:
+            os.utime(f, (time.time() - 3600,) * 2)  # past the freshness window
+        remove_orphaned_files(str(shm))
+        assert all(f.exists() for f in files)  # its trainer lives and holds the lock
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        remove_orphaned_files(str(shm))  # what the next trainer start does
+        assert not any(f.exists() for f in files)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def test_a_studio_resume_writes_each_log_line_once(tmp_path: Path) -> None:
     run, _ = train(tmp_path, "algorithm.max_steps=3", stop_at=1)
     run.log_path.write_text("")
