@@ -104,9 +104,16 @@ def atomic_write_text(path: Path, text: str) -> None:
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
-    except BaseException:  # a full disk: no half-written temp file is left beside it
+    except BaseException as err:  # a full disk: no half-written temp file is left beside it
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise _naming(err, path) from err
         raise
+
+
+def _naming(err: OSError, path: Path) -> OSError:
+    """`err` with the file it was writing: a write's "No space left on device" names none."""
+    return err if err.filename else OSError(err.errno, err.strerror, str(path))
 
 
 def read_jsonl(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
@@ -186,9 +193,12 @@ class RunDir:
     def append_jsonl(self, path: Path, rows: Iterable[dict[str, Any]]) -> None:
         lines = "".join(to_json(r) + "\n" for r in rows)
         if lines:
-            with path.open("a") as f:
-                f.write(lines)
-                f.flush()
+            try:
+                with path.open("a") as f:
+                    f.write(lines)
+                    f.flush()
+            except OSError as err:
+                raise _naming(err, path) from err
 
     def read_metrics(self, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
         return read_jsonl(self.metrics_path, offset)

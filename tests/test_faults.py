@@ -278,7 +278,7 @@ def test_a_status_write_on_a_full_disk_leaves_no_temp_file(tmp_path: Path, monke
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(Path, "write_text", fills_the_disk)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left on device: '.*status.json'"):
         RunDir(tmp_path).write_status(state="running")
     assert list(tmp_path.iterdir()) == []
 

@@ -13,6 +13,7 @@ stdout already going to train.log).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -137,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
     except OSError as err:  # a full disk, say: nothing of the run can be written, so this is all it can say
-        print(f"cannot start: {err.strerror or err} in {run.path}", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # stderr may be train.log, on that disk
+            print(f"cannot start: {err.strerror or err} in {run.path}", file=sys.stderr, flush=True)
         return 1
     if spec.resources.world_size > 1:  # this process supervises the ranks torchrun starts
         return supervise.supervise(spec, run, ["--run-dir", str(run.path.resolve())] + (["--resumed"] if resume else []))
