@@ -8,7 +8,6 @@ the chosen model into the studio process (cached, two at most) and streams the r
 from __future__ import annotations
 
 import html
-import json
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,7 @@ from backend.eval.compare import FILTERS, CompareError, compare, load_eval
 from backend.eval.options import EvalConfig
 from backend.procs import spawn_group
 from backend.project import child_env
-from backend.rundir import read_eval_status
+from backend.rundir import read_eval_status, read_json_object
 
 MAX_CHAT_MODELS = 2
 
@@ -219,11 +218,10 @@ class EvalTab:
         sess["progress"] = prog
         res_up: Any = gr.skip()
         if out is not None and read_eval_status(out).get("state") == "finished" and sess.get("results") != str(out):
-            try:
-                res_up = {"headers": ["metric", "value"], "data": metrics_rows(json.loads((out / "results.json").read_text()))}
+            results, problem = read_json_object(out / "results.json")
+            if results and not problem and all(isinstance(results.get(k, {}), dict) for k in ("metrics", "thinking", "timing")):
+                res_up = {"headers": ["metric", "value"], "data": metrics_rows(results)}
                 sess["results"] = str(out)
-            except (OSError, json.JSONDecodeError):
-                pass
         evals = all_evals(self.config.runs_dir, self.evals_dir)
         finished = [k for k, p in evals.items() if (p / "results.json").is_file()]
         cmp_up: Any = gr.skip()

@@ -264,6 +264,7 @@ UI: dict[str, dict[str, str]] = {
     "st_finished": {"en": "finished", "zh": "已完成"},
     "st_failed": {"en": "failed", "zh": "失败"},
     "st_unknown": {"en": "unknown", "zh": "未知"},
+    "st_broken": {"en": "broken", "zh": "已损坏"},
     # paths
     "outside": {"en": "{path} is outside the workspace.", "zh": "{path} 不在工作区内。"},
 }

@@ -26,7 +26,7 @@ from backend import launcher
 from backend.rundir import ACTIVE_STATES, BestCheckpoint, RunDir
 
 STATE_COLORS = {"running": "#16a34a", "starting": "#2563eb", "stopping": "#d97706", "stopped": "#6b7280",
-                "finished": "#0f766e", "failed": "#dc2626"}
+                "finished": "#0f766e", "failed": "#dc2626", "broken": "#dc2626"}
 
 
 TABLE_REDRAW_S = 4.0
@@ -63,7 +63,7 @@ def progress_html(info: RunInfo | None, tokens_per_s: float | None, lang: str, b
         items = "".join(f"<li>{html.escape(w)}</li>" for w in info.warnings)
         out += (f'<div class="gs-warning" id="run-warnings"><b>⚠ {html.escape(t("run_warnings", lang))}</b>'
                 f'<ul>{items}</ul></div>')
-    if info.state == "failed":
+    if info.state in ("failed", "broken"):
         err = info.error or "the trainer process exited without writing an error (see the log below)"
         out += (f'<div class="gs-failed" id="run-error"><b>⚠ {html.escape(t("run_failed", lang))}</b>'
                 f'<pre>{html.escape(err)}</pre></div>')

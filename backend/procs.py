@@ -8,7 +8,9 @@ all start children this way):
 - `kill_group(proc)` ends the whole group: SIGTERM, a grace period, then SIGKILL. It signals the group even when
   its leader has already exited, since the leader's pid stays the group's id while any member lives.
 - `watch_parent(pid)` makes a child exit once its parent is gone, which a child in its own session otherwise
-  never notices (no terminal signal reaches it, and a loop in user code never reads a closed pipe).
+  never notices (no terminal signal reaches it, and a loop in user code never reads a closed pipe). It leaves
+  by `exit_with_group`, which a child that sees its parent's pipe close calls too: a group leader takes its
+  group with it, since after a kill -9 of the trainer nobody else is left to end what a plugin started.
 """
 
 from __future__ import annotations
@@ -78,15 +80,24 @@ def kill_group(proc: subprocess.Popen[bytes] | int | None, grace_s: float = 5.0,
 
 def watch_parent(parent_pid: int, interval_s: float = 0.5) -> None:
     """Exit this process (code 1, at once) when `parent_pid` is no longer its parent, i.e. the parent died and the
-    process was re-parented. Checked now, then every `interval_s` by a daemon thread. Not PR_SET_PDEATHSIG: that
-    fires when the parent *thread* that spawned us ends, and pools spawn workers from short-lived threads."""
+    process was re-parented (`exit_with_group`). Checked now, then every `interval_s` by a daemon thread. Not
+    PR_SET_PDEATHSIG: that fires when the parent *thread* that spawned us ends, and pools spawn workers from
+    short-lived threads."""
     if os.getppid() != parent_pid:
-        os._exit(1)
+        exit_with_group()
 
     def watch() -> None:
         while True:
             time.sleep(interval_s)
             if os.getppid() != parent_pid:
-                os._exit(1)
+                exit_with_group()
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def exit_with_group(code: int = 1) -> None:
+    """Exit at once; a process that leads its group (spawn_group's children) kills the whole group, itself
+    included, so nothing it or user code started outlives it."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os._exit(code)

@@ -10,6 +10,11 @@ runs/<run_id>/
   eval/            during_training.jsonl (the trainer's eval_steps), one folder per evaluation
                    (backend/eval/run.py: status.json, results.json, samples.jsonl)
 
+Every file is untrusted on read (a run directory may be copied in, edited, or torn by a crash): readers return
+only JSON objects with the documented field types, and a status.json that is not one reads as state "broken"
+with the reason in "error", so one bad run shows as broken and the rest of the studio works. Writers write
+strict JSON: NaN and ±inf become null (`to_json`).
+
 Readers (the studio, the CLI) use this module and never the trainer's internals. `create_run` is the one
 writer of a new run directory (the launcher and `python -m backend.train --config` both call it); it takes a
 spec already checked (`checks.validate_or_raise`), since the run directory's format sits below the capability
@@ -19,6 +24,7 @@ check and must not import it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
@@ -35,19 +41,86 @@ from backend.spec import RunSpec, save_spec
 
 ACTIVE_STATES = ("starting", "running", "stopping")
 FINAL_STATES = ("stopped", "finished", "failed")
+BROKEN = "broken"  # what a watcher reads for a status.json that is not a JSON object
+_NUMBER = (int, float)
+# status.json's fields and their types; a field of another type is dropped on read
+STATUS_TYPES: dict[str, type | tuple[type, ...]] = {
+    "state": str, "error": str, "preset": str, "base_dir": str, "pid": int, "step": int, "total_steps": int,
+    "pid_create_time": _NUMBER, "started_at": _NUMBER, "updated_at": _NUMBER, "reward": _NUMBER, "step_s": _NUMBER,
+    "eta_s": _NUMBER, "elapsed_s": _NUMBER, "warnings": list}
+
+
+def _finite(o: Any) -> Any:
+    """`o` with NaN and ±inf as None (JSON has neither), numpy and torch values as plain Python ones."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    if hasattr(o, "tolist"):  # numpy scalars and arrays, tensors
+        return _finite(o.tolist())
+    return o
+
+
+def to_json(obj: Any, indent: int | None = None) -> str:
+    """Strict JSON text, as every run-directory file is written: NaN and ±inf become null."""
+    return json.dumps(_finite(obj), default=str, allow_nan=False, indent=indent)
+
+
+def read_json_object(path: Path) -> tuple[dict[str, Any], str]:
+    """A file holding one JSON object: (its fields, ""), ({}, "") when it does not exist, or ({}, why not) when
+    it is unreadable, not UTF-8, not JSON, or JSON but not an object."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}, ""
+    except OSError as err:
+        return {}, f"cannot be read ({err.strerror or err})"
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return {}, "is not UTF-8 text"
+    except ValueError:
+        return {}, "is not JSON"
+    if not isinstance(obj, dict):
+        return {}, f"holds a JSON {type(obj).__name__}, not an object"
+    return obj, ""
+
+
+def _typed_status(raw: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in raw.items():
+        want = STATUS_TYPES.get(k)
+        if want is not None and (not isinstance(v, want) or isinstance(v, bool)):
+            continue
+        out[k] = [str(w) for w in v if isinstance(w, str)] if k == "warnings" else v
+    return out
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     # unique per writer (process and thread), so concurrent writers never rename each other's file away
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException as err:  # a full disk: no half-written temp file is left beside it
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise _naming(err, path) from err
+        raise
+
+
+def _naming(err: OSError, path: Path) -> OSError:
+    """`err` with the file it was writing: a write's "No space left on device" names none."""
+    return err if err.filename else OSError(err.errno, err.strerror, str(path))
 
 
 def read_jsonl(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """Rows from byte `offset` on, and the offset after the last complete line.
+    """Rows (JSON objects) from byte `offset` on, and the offset after the last complete line.
 
-    A torn last line (a writer mid-append) is left for the next read rather than failing.
+    A torn last line (a writer mid-append) is left for the next read rather than failing; a line that is not a
+    JSON object (corrupt, not UTF-8, or a bare value such as `42`) is skipped.
     """
     if not path.exists():
         return [], offset
@@ -59,10 +132,17 @@ def read_jsonl(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
     for line in data[:end].splitlines():
         if line.strip():
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+                row = json.loads(line)
+            except ValueError:
                 continue  # a corrupt line (e.g. a crash mid-write before a resume) is skipped, not fatal
+            if isinstance(row, dict):
+                rows.append(row)
     return rows, offset + end
+
+
+def _step_of(row: dict[str, Any]) -> int | None:
+    s = row.get("step", 0)
+    return int(s) if isinstance(s, _NUMBER) and not isinstance(s, bool) and math.isfinite(s) else None
 
 
 class RunDir:
@@ -87,16 +167,18 @@ class RunDir:
 
     # status
     def read_status(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.status_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return {}
+        """status.json's fields of the documented types (STATUS_TYPES); {} when there is none; state "broken"
+        with the reason in "error" when it is not a JSON object."""
+        raw, problem = read_json_object(self.status_path)
+        if problem:
+            return {"state": BROKEN, "error": f"{self.status_path.name} {problem}"}
+        return _typed_status(raw)
 
     def write_status(self, **fields: Any) -> dict[str, Any]:
-        status = self.read_status()
+        status = read_json_object(self.status_path)[0]  # a broken file is replaced by what is written now
         status.update(fields)
         status["updated_at"] = time.time()
-        atomic_write_text(self.status_path, json.dumps(status, indent=1))
+        atomic_write_text(self.status_path, to_json(status, indent=1))
         return status
 
     def state(self) -> str:
@@ -109,11 +191,14 @@ class RunDir:
 
     # metrics and samples
     def append_jsonl(self, path: Path, rows: Iterable[dict[str, Any]]) -> None:
-        lines = "".join(json.dumps(r, default=_json_default) + "\n" for r in rows)
+        lines = "".join(to_json(r) + "\n" for r in rows)
         if lines:
-            with path.open("a") as f:
-                f.write(lines)
-                f.flush()
+            try:
+                with path.open("a") as f:
+                    f.write(lines)
+                    f.flush()
+            except OSError as err:
+                raise _naming(err, path) from err
 
     def read_metrics(self, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
         return read_jsonl(self.metrics_path, offset)
@@ -127,8 +212,8 @@ class RunDir:
             if not path.exists():
                 continue
             rows, _ = read_jsonl(path)
-            kept = [r for r in rows if r.get("step", 0) <= step]
-            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+            kept = [r for r in rows if (s := _step_of(r)) is not None and s <= step]
+            atomic_write_text(path, "".join(to_json(r) + "\n" for r in kept))
 
     # checkpoints
     def checkpoints(self) -> list[Path]:
@@ -159,8 +244,8 @@ class RunDir:
             metric = next((f"eval/rewards/{fn}/mean" for fn in CORRECTNESS_REWARDS
                            if f"eval/rewards/{fn}/mean" in keys), "eval/reward")
         saved = {int(p.name.split("-")[1]) for p in self.checkpoints()}
-        scored = [(float(r[metric]), int(r["step"])) for r in rows
-                  if int(r.get("step", -1)) in saved and isinstance(r.get(metric), (int, float)) and r[metric] == r[metric]]
+        scored = [(float(r[metric]), _step_of(r)) for r in rows
+                  if _step_of(r) in saved and isinstance(r.get(metric), _NUMBER) and r[metric] == r[metric]]
         if not scored:
             return None
         value, step = max(scored, key=lambda x: (x[0], -x[1]))  # ties: the earlier checkpoint
@@ -203,34 +288,26 @@ def list_evals(folder: str | Path) -> list[Path]:
 def read_eval_status(folder: str | Path) -> dict[str, Any]:
     """An evaluation folder's status.json as a watcher should see it: state running/finished/failed, done,
     total, samples_per_s, eta_s, error; a running eval whose process is gone reads as failed."""
-    try:
-        st = json.loads((Path(folder) / "status.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+    path = Path(folder) / "status.json"
+    st, problem = read_json_object(path)
+    if problem:
+        return {"state": "failed", "error": f"{path} {problem}"}
     if st.get("state") == "running" and not process_alive(st.get("pid"), st.get("pid_create_time")):
         st["state"] = "failed"
         st["error"] = st.get("error") or "the evaluation process is gone"
     return st
 
 
-def _json_default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
-    if hasattr(o, "tolist"):
-        return o.tolist()
-    return str(o)
-
-
 def process_alive(pid: int | None, create_time: float | None) -> bool:
     """True when `pid` runs and is the same process (its start time matches), not a reused pid."""
-    if not pid:
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return False
     try:
         p = psutil.Process(pid)
         if p.status() == psutil.STATUS_ZOMBIE:
             return False
-        return create_time is None or abs(p.create_time() - create_time) < 1.0
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return not isinstance(create_time, _NUMBER) or abs(p.create_time() - create_time) < 1.0
+    except (psutil.Error, OverflowError, ValueError):
         return False
 
 

@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from backend.rundir import RunDir, create_run, read_jsonl
 from backend.spec import load_spec
+from backend.train import checkpoint
 from backend.train.loop import GRPOTrainer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -307,6 +308,7 @@ def test_trainer_state_is_safe_to_load_and_old_pickles_are_refused(tmp_path: Pat
     assert raw["format"] == 2 and raw["step"] == 2
     # a checkpoint of the first version pickled whole objects: resuming it must refuse, not execute
     torch.save({"step": 2, "pending": object.__new__(torch.nn.Identity)}, state_path)
+    checkpoint.write_manifest(state_path.parent)  # a crafted copy comes with a manifest that matches
     run.write_status(state="stopped")
     proc = subprocess.run([sys.executable, "-m", "backend.train", "--resume", str(run.path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from backend.rundir import read_json_object, read_jsonl
 
 FILTERS = ("all", "base_wrong_other_right", "base_right_other_wrong", "differ")
 
@@ -44,16 +45,26 @@ class EvalResult:
         return out
 
 
+_SAMPLE_TYPES: dict[str, type | tuple[type, ...]] = {"index": int, "prompt": str, "completion": str,
+                                                    "reward": (int, float)}  # what compare() reads of a sample
+
+
 def load_eval(folder: str | Path, label: str = "") -> EvalResult:
+    """An evaluation folder's results and samples; CompareError when they are missing or not what an
+    evaluation writes (its files are untrusted, as every run-directory file)."""
     folder = Path(folder)
-    try:
-        results = json.loads((folder / "results.json").read_text())
-    except FileNotFoundError:
-        raise CompareError(f"{folder}: no results.json (is the evaluation finished?)") from None
-    except json.JSONDecodeError as err:
-        raise CompareError(f"{folder}/results.json: {err}") from None
-    samples = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line.strip()]
-    return EvalResult(folder, label or results.get("model_label") or folder.name, results, samples)
+    if not (folder / "results.json").is_file():
+        raise CompareError(f"{folder}: no results.json (is the evaluation finished?)")
+    results, problem = read_json_object(folder / "results.json")
+    if problem or not isinstance(results.get("metrics", {}), dict):
+        raise CompareError(f"{folder}/results.json {problem or 'has metrics that are not an object'}")
+    samples = read_jsonl(folder / "samples.jsonl")[0]
+    for n, sample in enumerate(samples, 1):
+        bad = [k for k, want in _SAMPLE_TYPES.items() if not isinstance(sample.get(k), want) or isinstance(sample.get(k), bool)]
+        if bad:
+            raise CompareError(f"{folder}/samples.jsonl: sample {n} has no valid {', '.join(bad)}")
+    label = label or results.get("model_label") or folder.name
+    return EvalResult(folder, str(label), results, samples)
 
 
 @dataclass

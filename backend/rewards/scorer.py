@@ -14,7 +14,7 @@ scores its functions while the in-process ones run. With isolate_builtins=True e
 models included, runs in the worker: the studio's "Test rewards" uses that, so the UI process never
 scores anything itself.
 
-Failures (an exception, a wrong number of scores, NaN/inf, a timeout, a worker that died) produce
+Failures (an exception, a wrong number of scores, NaN/inf or a value beyond float32, a timeout, a worker that died) produce
 a message naming the function and the first offending sample. on_error="fail" raises RewardError
 with it; on_error="skip" leaves that function's column NaN for the batch, counts the failure in
 `error_counts` (the trainer logs rewards/<fn>/errors) and keeps `last_errors[fn]`.
@@ -38,6 +38,7 @@ from backend.rewards.worker import ISOLATE_BUDGET_S, RewardWorker, WorkerError, 
 from backend.spec import RewardsSection
 
 log = logging.getLogger(__name__)
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the largest score the (N, F) float32 matrix holds
 _NOT_COLUMNS = ("prompt", "prompts", "completion", "completions", "completion_ids")  # as TRL: not passed as columns
 
 
@@ -77,6 +78,8 @@ def check_scores(name: str, scores: Any, n: int, completions: list[Any] | None =
             raise RewardError(f"reward {name!r} {_sample(i, completions)}: {s!r} is not a number") from None
         if not math.isfinite(v):
             raise RewardError(f"reward {name!r} {_sample(i, completions)}: {v} is not finite")
+        if abs(v) > FLOAT32_MAX:  # the score matrix is float32: it would be inf there
+            raise RewardError(f"reward {name!r} {_sample(i, completions)}: {v} is too large (over {FLOAT32_MAX:.3g})")
         out.append(v)
     return out
 

@@ -37,7 +37,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from backend.procs import kill_group, spawn_group, watch_parent
+from backend.procs import exit_with_group, kill_group, spawn_group, watch_parent
 
 STARTUP_TIMEOUT_S = 60.0  # importing plugins (torch, an API client) can be slow; at least this long to start
 ISOLATE_BUDGET_S = 2.0  # time spent finding the first failing sample after an exception
@@ -196,7 +196,7 @@ def main(fd: int) -> None:
     try:
         _serve(conn)
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
-        pass  # the parent went away
+        exit_with_group()  # the parent went away: nobody else will end what a plugin started
 
 
 # ----------------------------------------------------------------------------- parent side

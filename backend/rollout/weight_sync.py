@@ -26,12 +26,15 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 
@@ -110,6 +113,29 @@ def unpack(bucket: BucketMeta, buf: torch.Tensor) -> list[tuple[str, torch.Tenso
     return [(m.name, buf[m.offset:m.offset + m.nbytes].view(_DTYPES[m.dtype]).view(m.shape)) for m in bucket.tensors]
 
 
+_FILE_PREFIX = "grpo-weights-"  # then the owner's pid, "-", mkstemp's random part (no "-" in it), ".bin"
+_FRESH_S = 60.0  # a file this young may be one whose owner has not locked it yet
+
+
+def remove_orphaned_files(directory: str | None = None) -> None:
+    """Remove the SharedWeights files whose owner is gone. The owner holds an exclusive flock on its file for
+    as long as it lives, and the kernel drops it however the process ends (kill -9 included, in any pid
+    namespace), so a file whose lock can be taken is an orphan's. `directory` None: where the files are made
+    (/dev/shm, the temp directory). Files without the owner's pid in their name predate the lock: left alone."""
+    dirs = [directory] if directory else [d for d in ("/dev/shm", tempfile.gettempdir()) if os.path.isdir(d)]
+    now = time.time()
+    for d in dirs:
+        for p in Path(d).glob(f"{_FILE_PREFIX}*-*.bin"):
+            try:
+                if now - p.stat().st_mtime < _FRESH_S:
+                    continue
+                with p.open("rb") as f:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    p.unlink()
+            except OSError:  # locked (its owner lives), gone already, or not ours to remove
+                continue
+
+
 class SharedWeights:
     """Full weights in one shared-memory file that stays mapped: the "file" channel to local workers.
 
@@ -120,18 +146,22 @@ class SharedWeights:
     than a training step. One writer at a time, and no write while a worker reads: the pool updates every
     worker and waits for them before the next write."""
 
-    def __init__(self, bucket: BucketMeta, path: str, owner: bool):
+    def __init__(self, bucket: BucketMeta, path: str, owner: bool, lock_fd: int | None = None):
         self.bucket, self.path, self.owner = bucket, path, owner
+        self._lock_fd = lock_fd  # the owner's open file, flock'ed while it lives (remove_orphaned_files)
         self.buf = torch.from_file(path, shared=True, size=max(bucket.nbytes, 1), dtype=torch.uint8)  # MAP_SHARED
         self.views = dict(unpack(bucket, self.buf))
 
     @classmethod
     def create(cls, named: Iterable[tuple[str, torch.Tensor]], directory: str | None = None) -> SharedWeights:
-        """The trainer's side: a new file sized for `named` (one bucket), removed again by close()."""
+        """The trainer's side: a new file sized for `named` (one bucket), locked while this process lives and
+        removed again by close(). Files of trainers that are gone (a kill -9 never ran close()) are removed
+        first, since each is as large as the model and /dev/shm is memory."""
         (bucket,) = plan_buckets(named, 1 << 62).buckets
-        fd, path = tempfile.mkstemp(prefix="grpo-weights-", suffix=".bin", dir=directory)
-        os.close(fd)
-        return cls(bucket, path, owner=True)
+        remove_orphaned_files(directory or tempfile.gettempdir())
+        fd, path = tempfile.mkstemp(prefix=f"{_FILE_PREFIX}{os.getpid()}-", suffix=".bin", dir=directory)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return cls(bucket, path, owner=True, lock_fd=fd)
 
     @classmethod
     def open(cls, path: str, bucket: BucketMeta) -> SharedWeights:
@@ -154,6 +184,9 @@ class SharedWeights:
         if self.owner:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def outward_address(peer_host: str) -> str:

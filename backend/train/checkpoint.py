@@ -1,7 +1,12 @@
 """Checkpoints: a directory written atomically, and the trainer state in it (`trainer_state.pt`), stored safely.
 
-`write_atomically` fills a temp directory, marks it COMPLETE and renames it into place, so a kill during a save
-leaves the previous checkpoint as the newest complete one (an incomplete leftover is replaced next time).
+`write_atomically` fills a temp directory, writes its manifest (every file's size and SHA-256) last, marks it
+COMPLETE and renames it into place, so a kill during a save leaves the previous checkpoint as the newest complete
+one (an incomplete leftover is replaced next time). A save that fails (a full disk, any error) removes its
+partial directory and keeps the previous checkpoint; a full disk says "no space left on device" and where.
+What a kill -9 mid-save leaves is removed when the run resumes (`remove_partial`).
+`resume_point` picks the newest checkpoint whose files match their manifest and says which ones it skipped and
+why (a truncated model.safetensors or trainer_state.pt); a checkpoint from before manifests is taken as it is.
 
 Only tensors and plain data (dicts, lists, numbers, strings) are written, with a format number, so
 the file loads with `torch.load(weights_only=True)`: a run directory copied from someone else cannot
@@ -13,6 +18,8 @@ pickle of whole objects) are refused with a message that says so.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import hashlib
 import json
 import os
 import pickle
@@ -29,6 +36,7 @@ import torch
 from backend.train.batch import PendingRollout, Rollout
 
 FORMAT = 2
+MANIFEST = "manifest.json"  # {"files": {relative path: {"size": bytes, "sha256": hex}}}, written last
 ENTROPY_STATE = "entropy_control.json"  # the adaptive entropy controller's state, as TRL's entropy_ctrl_state.json
 
 
@@ -123,14 +131,98 @@ def is_complete(ckpt: Path) -> bool:
     return (ckpt / "COMPLETE").exists()
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(ckpt: Path) -> None:
+    """The manifest of every file in `ckpt` but itself and the COMPLETE marker."""
+    files = {p.relative_to(ckpt).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(ckpt.rglob("*")) if p.is_file() and p.name not in (MANIFEST, "COMPLETE")}
+    (ckpt / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
+
+
+def verify(ckpt: Path) -> str:
+    """'' when `ckpt` is complete and its files match its manifest, else why not."""
+    if not is_complete(ckpt):
+        return "it was never completed"
+    try:
+        files = json.loads((ckpt / MANIFEST).read_text())["files"]
+    except FileNotFoundError:
+        return ""  # written before manifests: nothing to check it against
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its {MANIFEST} is unreadable"
+    if not isinstance(files, dict) or not all(
+            isinstance(want, dict) and isinstance(want.get("size"), int) and isinstance(want.get("sha256"), str)
+            and not Path(name).is_absolute() and ".." not in Path(name).parts for name, want in files.items()):
+        return f"its {MANIFEST} is not one this version writes"  # a file outside the checkpoint is never read
+    for name, want in files.items():
+        path = ckpt / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != want["size"]:
+            return f"{name} is {path.stat().st_size} bytes, {want['size']} when written (truncated?)"
+        if _sha256(path) != want["sha256"]:
+            return f"{name} does not match its SHA-256 when written (corrupt)"
+    return ""
+
+
+def resume_point(checkpoints: list[Path]) -> tuple[Path | None, list[str]]:
+    """The newest of `checkpoints` (oldest first) that verifies, and one note per newer one skipped; None when
+    there are none. CheckpointError when there are some and none verifies."""
+    notes = []
+    for ckpt in reversed(checkpoints):
+        why = verify(ckpt)
+        if not why:
+            return ckpt, notes
+        notes.append(f"checkpoint {ckpt.name} skipped: {why}")
+    if notes:
+        raise CheckpointError("no checkpoint to resume from verifies: " + "; ".join(notes))
+    return None, notes
+
+
+def remove_partial(checkpoints_dir: Path) -> None:
+    """Remove what saves killed midway left (.step-N.tmp): a resume must not find the disk full of them."""
+    for tmp in checkpoints_dir.glob(".step-*.tmp") if checkpoints_dir.is_dir() else []:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _disk_full(err: BaseException, where: Path) -> bool:
+    """Whether `err` (or what caused it) is a full disk: ENOSPC/EDQUOT, or a library's own wording (torch.save
+    says only "iostream error") while the disk under `where` has (almost) no space left."""
+    e: BaseException | None = err
+    while e is not None:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        e = e.__cause__ or e.__context__
+    try:
+        return shutil.disk_usage(where).free < 1 << 20
+    except OSError:
+        return False
+
+
 def write_atomically(final: Path, fill: Callable[[Path], None], marker: str) -> Path:
-    """Write checkpoint directory `final`: `fill(tmp)` writes its files into a temp directory beside it, which
-    is then marked COMPLETE (holding `marker`) and renamed into place."""
+    """Write checkpoint directory `final`: `fill(tmp)` writes its files into a temp directory beside it, then
+    its manifest is written, it is marked COMPLETE (holding `marker`) and renamed into place. On any failure
+    the temp directory is removed (the previous checkpoint stays the newest)."""
     tmp = final.parent / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    fill(tmp)
-    (tmp / "COMPLETE").write_text(marker)
+    try:
+        tmp.mkdir(parents=True)
+        fill(tmp)
+        write_manifest(tmp)
+        (tmp / "COMPLETE").write_text(marker)
+    except BaseException as err:
+        full = _disk_full(err, final.parent)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full:
+            raise CheckpointError(f"no space left on device in {final.parent} while saving {final.name}: the "
+                                  "partial checkpoint was removed, the previous one is kept") from err
+        raise
     shutil.rmtree(final, ignore_errors=True)  # an incomplete leftover of a killed save
     os.replace(tmp, final)
     return final

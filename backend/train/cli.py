@@ -17,6 +17,7 @@ process load a plugin, an interpreter or a model from elsewhere (exit 2 naming t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -136,14 +137,22 @@ def main(argv: list[str] | None = None) -> int:
         return _rank_main(spec, run, base_dir, resume, rank)
     signals.install()  # before the heavy imports below: an early SIGTERM still ends in 'stopped'
     print(run.path, flush=True)
-    if tee:
+    from backend.rollout.weight_sync import remove_orphaned_files
+
+    remove_orphaned_files()  # weight files of trainers killed by -9, as large as their models
+    if tee and not _writes_to(sys.stdout, run.log_path):  # the studio's resume sends stdout there already
         log = run.log_path.open("a")
         sys.stdout = _Tee(sys.stdout, log)  # type: ignore[assignment]
         sys.stderr = _Tee(sys.stderr, log)  # type: ignore[assignment]
 
     import psutil
 
-    run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
+    try:
+        run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
+    except OSError as err:  # a full disk, say: nothing of the run can be written, so this is all it can say
+        with contextlib.suppress(OSError):  # stderr may be train.log, on that disk
+            print(f"cannot start: {err.strerror or err} in {run.path}", file=sys.stderr, flush=True)
+        return 1
     if spec.resources.world_size > 1:  # this process supervises the ranks torchrun starts
         return supervise.supervise(spec, run, ["--run-dir", str(run.path.resolve())] + (["--resumed"] if resume else []))
     from backend.train.loop import GRPOTrainer
@@ -162,6 +171,15 @@ def main(argv: list[str] | None = None) -> int:
         trainer.cleanup()  # a failed setup may have started workers already
         if trainer.ranks is not None:
             trainer.ranks.close()  # DeepSpeed on one process still holds a process group
+
+
+def _writes_to(stream: TextIO, path: Path) -> bool:
+    """Whether `stream` is the file at `path` (a tee into it would write every line twice)."""
+    try:
+        mine, theirs = os.fstat(stream.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):  # no file descriptor, or no such file yet
+        return False
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
 def _rank_main(spec, run: RunDir, base_dir: Path, resume: bool, rank: int) -> int:

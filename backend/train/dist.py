@@ -139,17 +139,20 @@ class QuietRunDir(RunDir):
 
 def clipped_step(params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer, max_norm: float) -> float:
     """torch.nn.utils.clip_grad_norm_ then optimizer.step() (max_norm <= 0: no clipping); returns the gradient norm
-    before clipping. The same update without clip_grad_norm_'s extra pass over every gradient: none when the norm
-    is within the bound (its factor would be 1.0), and with a fused Adam/AdamW the factor rides on the kernel's
-    grad_scale input (the AMP unscale path: each gradient is divided by it as the kernel reads it)."""
+    before clipping. A norm that is not finite skips the step (the caller zeroes the gradients). The same update
+    without clip_grad_norm_'s extra pass over every gradient: none when the norm is within the bound (its factor
+    would be 1.0), and with a fused Adam/AdamW the factor rides on the kernel's grad_scale input (the AMP unscale
+    path: each gradient is divided by it as the kernel reads it)."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         optimizer.step()
         return 0.0
     total = torch.nn.utils.get_total_norm(grads, foreach=True)
     norm = float(total)
-    # clip_grad_norm_'s factor is min(1, max_norm / (norm + 1e-6)); non-finite norms go through it unchanged
-    clip = max_norm > 0 and (norm + 1e-6 > max_norm or not math.isfinite(norm))
+    if not math.isfinite(norm):  # never applied: one such step makes every weight NaN (train/guard.py)
+        return norm
+    # clip_grad_norm_'s factor is min(1, max_norm / (norm + 1e-6))
+    clip = max_norm > 0 and norm + 1e-6 > max_norm
     fused = isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)) and optimizer.defaults.get("fused")
     if clip and fused and math.isfinite(norm) and getattr(optimizer, "grad_scale", None) is None:
         optimizer.grad_scale = (total + 1e-6) / max_norm

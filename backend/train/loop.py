@@ -35,7 +35,7 @@ from backend.rewards.scorer import RewardScorer
 from backend.rollout.hf import HFEngine
 from backend.rundir import RunDir
 from backend.spec import RunSpec
-from backend.train import checkpoint, dist, grpo, report
+from backend.train import checkpoint, dist, grpo, guard, report
 from backend.train.batch import PendingRollout, Rollout, live_groups
 from backend.train.builders import build_engine, build_optimizer, build_policy, build_reference, build_scheduler
 from backend.train.engine_sync import EngineSync
@@ -62,6 +62,8 @@ class GRPOTrainer:
         self.skip_zero_advantage = True  # leave all-zero-advantage groups out of the loss pass where exact
         self.started, self.elapsed_before = time.time(), 0.0
         self.ranks: dist.Ranks | None = None
+        self.notes: list[str] = []  # what resuming skipped (checkpoints that do not verify)
+        self.guard = guard.Guard()  # skipped non-finite updates; fails the run after guard.LIMIT in a row
         self._closers: list[Callable[[], None]] = []  # what cleanup() releases, in order
 
     # ------------------------------------------------------------------ setup
@@ -69,7 +71,11 @@ class GRPOTrainer:
     def setup(self) -> GRPOTrainer:
         spec, base_dir, a = self.spec, self.base_dir, self.spec.algorithm
         self.ranks = dist.setup(spec)  # one rank: every hook of it is the identity (backend/train/dist.py)
-        ckpt = self.run.latest_checkpoint() if self.resume else None
+        if self.resume and self.ranks.is_main:
+            checkpoint.remove_partial(self.run.checkpoints_dir)
+        ckpt, self.notes = checkpoint.resume_point(self.run.checkpoints()) if self.resume else (None, [])
+        for note in self.notes:  # in train.log, and in status.json's warnings with the others
+            print(note, flush=True)
         self.run = self.ranks.run_view(self.run)
         if spec.resources.num_threads:
             torch.set_num_threads(spec.resources.num_threads)
@@ -192,6 +198,9 @@ class GRPOTrainer:
         extra = {k: float(v) for k, v in self.queue.counts.items()} if self.spec.rollout.async_generation else {}
         extra.update(self.telemetry.sample())
         extra.update(self.maybe_evaluate())
+        cause = guard.batch_problem(ro) or guard.update_problem(stats)
+        self.guard.note(self.step, cause)
+        extra[guard.SKIPPED] = float(cause is not None)
         row = report.metrics_row(self.step, self.elapsed(), ro, stats, timing, extra)
         self.run.append_jsonl(self.run.metrics_path, [row])
         if it == 0 and out.log_samples_steps and (self.step - 1) % out.log_samples_steps == 0:
@@ -201,9 +210,11 @@ class GRPOTrainer:
         step_s = timing["timing/step_s"]
         self.run.write_status(state="stopping" if STOP.is_set() else "running", step=self.step, reward=row["reward"],
                               step_s=step_s, eta_s=eta.update(step_s, self.spec.algorithm.max_steps - self.step),
-                              elapsed_s=self.elapsed(), warnings=self.rollouts.unscored.warnings() if self.rollouts else [])
+                              elapsed_s=self.elapsed(),
+                              warnings=self.notes + self.rollouts.unscored.warnings() + self.guard.warnings())
         print(f"step {self.step}/{self.spec.algorithm.max_steps} reward {row['reward']:.3f} loss {row['loss']:.4f} "
               f"len {row['completions/mean_length']:.1f} {step_s:.2f}s", flush=True)
+        self.guard.raise_at_limit()  # once the step's row and status say why
         return row
 
     def cleanup(self) -> None:
@@ -260,6 +271,11 @@ class GRPOTrainer:
         `AlgorithmSection.zero_advantage_skippable`): their loss and gradient are exactly zero. Entropy is then the mean over
         the completions that trained; the clip ratios stay over all tokens (skipped tokens never clip)."""
         a, r, d = self.spec.algorithm, self.spec.rollout, self.device
+        # not trained on at all (guard.py; every rank agrees, as advantages are sharded); _log_step notes why
+        if self.ranks.any(guard.batch_problem(ro) is not None):
+            lr = self.scheduler.get_last_lr()[0]
+            self.scheduler.step()  # the step counts, its update is skipped (as AMP's GradScaler)
+            return {"loss": math.nan, "grad_norm": math.nan, "learning_rate": lr}
         B, G, ga = ro.completion_ids.shape[0], r.num_generations, a.gradient_accumulation_steps
         mb = B // ga
         total_tokens, total_seqs = self.ranks.global_counts(ro.loss_mask)  # whole step, all ranks
@@ -354,6 +370,7 @@ class GRPOTrainer:
         pending = self.ranks.gather_pending(self.pending)
         if not self.ranks.is_main:
             return ckpt
+        guard.check_weights(weights.items() if weights is not None else self.policy.named_parameters(), self.step)
 
         def fill(tmp: Path) -> None:
             self.policy.save_pretrained(tmp / "model", safe_serialization=True, state_dict=weights)

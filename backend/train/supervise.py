@@ -34,7 +34,7 @@ from typing import Any
 import psutil
 
 from backend.project import child_env
-from backend.rundir import ACTIVE_STATES, RunDir, atomic_write_text, process_alive
+from backend.rundir import ACTIVE_STATES, RunDir, atomic_write_text, process_alive, read_json_object
 from backend.spec import RunSpec
 
 WORKER_ENV = "GRPO_STUDIO_RANK"  # set for the ranks: they train instead of supervising again
@@ -80,10 +80,7 @@ def ranks_dir(run: RunDir) -> Path:
 def write_rank_file(run: RunDir, rank: int, **fields: Any) -> None:
     path = ranks_dir(run) / f"rank-{rank}.json"
     path.parent.mkdir(exist_ok=True)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
+    data = read_json_object(path)[0]
     data.update(fields, rank=rank)
     atomic_write_text(path, json.dumps(data))
 
@@ -97,10 +94,9 @@ def register_rank(run: RunDir, rank: int) -> None:
 def read_rank_files(run: RunDir) -> list[dict[str, Any]]:
     out = []
     for p in sorted(ranks_dir(run).glob("rank-*.json")):
-        try:
-            out.append(json.loads(p.read_text()))
-        except (OSError, ValueError):
-            continue
+        data = read_json_object(p)[0]
+        if isinstance(data.get("rank"), int):  # the field every reader keys on
+            out.append(data)
     return out
 
 
@@ -125,16 +121,21 @@ def signal_ranks(run: RunDir, sig: int) -> int:
     return n
 
 
+def _error_time(rank_file: dict[str, Any]) -> float:
+    t = rank_file.get("error_time")
+    return float(t) if isinstance(t, (int, float)) else 0.0
+
+
 def failure_summary(ranks: list[dict[str, Any]], vanished: dict[int, float]) -> str:
     """The sentence a failed multi-rank run reports: the rank that caused it, and its error."""
-    causes = sorted((r for r in ranks if r.get("error") and not r.get("dist_error")), key=lambda r: r["error_time"])
+    causes = sorted((r for r in ranks if r.get("error") and not r.get("dist_error")), key=_error_time)
     if causes:
         return f"rank {causes[0]['rank']}: {causes[0]['error']}"
     if vanished:
         rank = min(vanished, key=vanished.__getitem__)
         return (f"rank {rank} died without an error (killed by a signal, or out of memory); "
                 "the other ranks were stopped")
-    consequences = sorted((r for r in ranks if r.get("error")), key=lambda r: r["error_time"])
+    consequences = sorted((r for r in ranks if r.get("error")), key=_error_time)
     if consequences:
         return f"rank {consequences[0]['rank']}: {consequences[0]['error']}"
     return "the training ranks exited without a final status (see train.log)"
