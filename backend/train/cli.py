@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.join:
         return _join(args.join, args.node_rank)
     tee = True
+    status: dict[str, str] = {}  # fields the "starting" status write adds (a CLI resume: our base_dir)
     if args.config:
         from backend.checks import validate_or_raise
 
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                 from backend.checks import check_resume, resume_workspace
 
                 spec = check_resume(run, resume_workspace(run, base_dir, args.allow_path))
-                run.write_status(base_dir=str(base_dir.resolve()))
+                status["base_dir"] = str(base_dir.resolve())  # written with "starting" below, on one guarded write
             else:  # the launcher's entry: it checked the spec and wrote base_dir
                 spec = load_spec(run.spec_path)
         except SpecError as err:
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         resume = bool(args.resume) or args.resumed
         tee = not args.run_dir
-        base_dir = Path(run.read_status().get("base_dir") or base_dir)
+        base_dir = Path(status.get("base_dir") or run.read_status().get("base_dir") or base_dir)
 
     from backend.train import signals, supervise
 
@@ -148,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     import psutil
 
     try:
-        run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="")
+        run.write_status(state="starting", pid=os.getpid(), pid_create_time=psutil.Process().create_time(), error="",
+                         **status)
     except OSError as err:  # a full disk, say: nothing of the run can be written, so this is all it can say
         with contextlib.suppress(OSError):  # stderr may be train.log, on that disk
             print(f"cannot start: {err.strerror or err} in {run.path}", file=sys.stderr, flush=True)
