@@ -6,8 +6,9 @@ step); `sample()` returns `system/peak_gb/<name>` for the phases that ran since 
 peak resident memory while the phase ran (Linux: the high-water mark is reset at the phase's start through
 /proc/self/clear_refs and read from /proc/self/status), and on GPU the device's peak allocated memory
 (`system/peak_gpu_gb/<name>`). Where the high-water mark cannot be reset the CPU figure is left out rather than
-reported as the process's lifetime peak. An async rollout runs beside training, so its phase figures are those
-of the process while both ran.
+reported as the process's lifetime peak. A phase's figure includes what the process already held when it began
+(the weights, and freed memory the allocator keeps), so it is the process's peak during the phase, not the
+phase's own allocations; an async rollout runs beside training, so its figures are those of both.
 """
 
 from __future__ import annotations
