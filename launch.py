@@ -86,8 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     demo = create_studio(config, lang=args.lang)
     demo.queue(default_concurrency_limit=4)
     print(f"GRPO Studio: workspace {config.workspace.root}, runs {config.runs_dir}", flush=True)
+    from starlette.middleware import Middleware
+
+    from app.login_guard import LoginPageGuard
+
     demo.launch(server_name=args.host, server_port=args.port, auth=auth, css=CSS, show_error=True,
-                footer_links=[], allowed_paths=[str(config.export_dir)], max_file_size="2gb")
+                footer_links=[], allowed_paths=[str(config.export_dir)], max_file_size="2gb",
+                app_kwargs={"middleware": [Middleware(LoginPageGuard)]})
     return 0
 
 

@@ -86,3 +86,36 @@ def test_studio_builds_with_every_field(tmp_path):
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
     missing = [f.path for f in fields() if "field-" + f.path.replace(".", "-") not in ids]
     assert not missing
+
+
+def test_the_login_page_carries_no_api_description() -> None:
+    """Gradio embeds window.gradio_api_info (every endpoint, its parameters and defaults) in the login page too;
+    the studio's middleware empties it there, and only there (issue 28)."""
+    import asyncio
+
+    from app.login_guard import LoginPageGuard, strip_api_info
+
+    login = (b'<script>window.gradio_config = {"auth_required":true,"components":[]};</script>'
+             b'<script>window.gradio_api_info = {"named_endpoints":{"/lambda":{"runs":"/srv/runs"}}};</script>')
+    app_page = login.replace(b'"auth_required":true,', b"")
+    assert strip_api_info(login).endswith(b"<script>window.gradio_api_info = {};</script>")
+    assert strip_api_info(app_page) == app_page  # a logged-in page keeps what the client needs
+
+    async def serve(body: bytes, kind: bytes) -> tuple[dict, bytes]:
+        async def app(scope, receive, send):  # an ASGI app answering in two chunks
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body[:10], "more_body": True})
+            await send({"type": "http.response.body", "body": body[10:]})
+
+        sent: list[dict] = []
+
+        async def send(message):
+            sent.append(message)
+
+        await LoginPageGuard(app)({"type": "http", "method": "GET"}, None, send)
+        return dict(sent[0]["headers"]), b"".join(m.get("body", b"") for m in sent[1:])
+
+    headers, out = asyncio.run(serve(login, b"text/html; charset=utf-8"))
+    assert b"/srv/runs" not in out and headers[b"content-length"] == str(len(out)).encode()
+    assert asyncio.run(serve(login, b"application/json"))[1] == login  # not a page: untouched
