@@ -2,7 +2,8 @@
 
 Evaluations and exports run as child processes (`python -m backend.eval`, `python -m backend.eval.export`,
 started with backend.project.child_env()); the page follows them through their folders only. Chat loads
-the chosen model into the studio process (cached, two at most) and streams the reply.
+the chosen model into the studio process (cached, two at most) and streams the reply. `eval_page` wires
+the page: one timer follows the running evaluation and the finished ones.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from app.fields import Registry
 from app.figures import reward_histogram
 from app.locales import t
 from app.media import thumb_uris
+from app.page import header, wire_language
 from app.paths import PathError
 from app.session import SessionMemo
 from backend.eval import options
@@ -347,6 +349,28 @@ class EvalTab:
         self.chat_clear.click(lambda: ([], []), None, [self.chat_view_a, self.chat_view_b], queue=False)
         self.exp_btn.click(self.on_export, [self.exp_model, self.exp_out, self.exp_push, radio], self.exp_msg,
                            concurrency_limit=1)
+
+
+def eval_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
+    reg = Registry()
+    radio, store = header(reg, lang, "subtitle_eval")
+    ev = EvalTab(config, reg, radio, lang)
+    timer = gr.Timer(config.refresh_s)
+    memo = SessionMemo({"lang": lang, "eval_out": None, "eval_sess": {}, "cmp_sel": []})
+    ev.wire(memo, radio)
+
+    def tick(request: gr.Request) -> list[Any]:
+        return ev.tick(memo.get(request))
+
+    timer.tick(tick, None, ev.tick_outputs(), trigger_mode="once", show_progress="hidden", concurrency_limit=8,
+               concurrency_id="eval-tick")
+    demo.load(tick, None, ev.tick_outputs(), show_progress="hidden")
+
+    def forget(lang: str, request: gr.Request) -> None:
+        m = memo.get(request)
+        m["lang"], m["eval_sess"] = lang, {}
+
+    wire_language(demo, reg, radio, store, on_change=forget, then=(tick, [], ev.tick_outputs()))
 
 
 def _option_widget(f: Any, reg: Registry, lang: str) -> Any:

@@ -1,8 +1,9 @@
-"""The Runs tab: the run list, run controls, progress, live dashboard, log tail and samples browser.
+"""The Runs page: the run list, run controls, progress, live dashboard, log tail and samples browser.
 
 Everything shown is read from run directories (never from trainer memory), incrementally through the
 shared RunStore, so a refresh or a studio restart loses nothing. One timer drives the updates; each
 session remembers what it last drew and skips unchanged outputs, which keeps many open tabs cheap.
+`runs_page` wires the page (`runs?run=ID` selects a run, Clone opens the Build page on its spec).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from app.fields import Registry
 from app.figures import CHART_IDS, MetricTable, build_dashboard, reward_histogram
 from app.locales import state_label, t
 from app.media import thumb_uris
+from app.page import NAV_JS, forget_drawn, header, session_defaults, wire_language
 from app.runlist import RUN_COLUMNS, RunInfo, find_run, format_duration, progress, runs_table
 from app.samples_view import SampleFilter, render_step
 from app.session import SessionMemo
@@ -397,3 +399,44 @@ def _select_row(evt: gr.SelectData) -> Any:
 
 
 _EMPTY = MetricTable()
+
+
+def runs_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
+    reg = Registry()
+    radio, store = header(reg, lang, "subtitle_runs")
+    runs = RunsTab(config, reg, radio, lang)
+    nav = gr.Textbox(visible=False, elem_id="nav-url")
+    timer = gr.Timer(config.refresh_s)
+    memo = SessionMemo(session_defaults(lang, runs.run_select.value))
+    r_out, s_out = runs.refresh_outputs(), runs.samples_outputs()
+    kw: dict[str, Any] = {"show_progress": "hidden", "concurrency_limit": 8}
+
+    def live_runs(request: gr.Request) -> list[Any]:
+        return runs.refresh(memo.get(request))
+
+    def live_samples(request: gr.Request) -> list[Any]:
+        return runs.refresh_samples(memo.get(request))
+
+    # one ticking event with no inputs (see app.session)
+    def tick(request: gr.Request) -> list[Any]:
+        m = memo.get(request)
+        return [*runs.refresh(m), *runs.refresh_samples(m)]
+
+    timer.tick(tick, None, [*r_out, *s_out], trigger_mode="once", concurrency_id="tick", **kw)
+    runs.wire_controls(memo, live_runs, live_samples)
+
+    def on_open(request: gr.Request) -> None:  # `runs?run=ID` selects that run
+        rid = request.query_params.get("run", "") if request else ""
+        if rid and find_run(config.runs_dir, rid) is not None:
+            memo.get(request)["run_id"] = rid
+
+    demo.load(on_open, None, None, queue=False).then(tick, None, [*r_out, *s_out], **kw)
+
+    def on_clone(run_id: str | None, lang: str) -> list[Any]:
+        if find_run(config.runs_dir, run_id or "") is None:
+            return [t("no_run", lang), ""]
+        return [gr.skip(), f"./?clone={run_id}"]
+
+    runs.clone_btn.click(on_clone, [runs.run_select, radio], [runs.action_msg, nav], queue=False).then(
+        None, nav, None, js=NAV_JS)
+    wire_language(demo, reg, radio, store, on_change=forget_drawn(memo), then=(tick, [], [*r_out, *s_out]))

@@ -146,8 +146,8 @@ def test_refresh_outputs_skip_unchanged(tmp_path):
 
     from app.compare_tab import CompareTab
     from app.fields import Registry
+    from app.page import session_defaults
     from app.runs_tab import RunsTab
-    from app.studio import session_defaults
 
     config = StudioConfig.create(tmp_path, tmp_path / "runs")
     rid = "20260101-000000-a-0001"
