@@ -193,3 +193,15 @@ def test_policy_chart_draws_each_objectives_own_metrics():
     # a plain GRPO run keeps its chart as it was: no empty traces for metrics it does not log
     names = [tr["name"] for tr in build_dashboard(MetricTable(base), {})["policy"].data]
     assert names == ["entropy", "clip low", "clip high", "clip region"]
+
+
+@pytest.mark.parametrize("n", [3, 40])
+def test_step_axis_ticks_are_whole_steps(n):
+    """Issue 29 item 10: a short run's step axis showed ticks like 1.5; step ticks are whole numbers."""
+    table = MetricTable(rows(n))
+    xaxis = reward_figure(table, "reward").to_plotly_json()["layout"]["xaxis"]
+    assert xaxis["tickformat"] == "d"
+    if n < 10:  # a few steps: one tick per step, not Plotly's halves
+        assert xaxis["dtick"] == 1
+    elapsed = reward_figure(table, "reward", x_mode="elapsed").to_plotly_json()["layout"]["xaxis"]
+    assert "dtick" not in elapsed and elapsed.get("tickformat") != "d"  # hours stay fractional
