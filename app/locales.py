@@ -185,6 +185,8 @@ UI: dict[str, dict[str, str]] = {
     "not_running": {"en": "{run} is not running.", "zh": "{run} 未在运行。"},
     "resumed": {"en": "Resuming {run}.", "zh": "正在继续 {run}。"},
     "resume_failed": {"en": "Could not resume: {err}", "zh": "无法继续：{err}"},
+    "why_no_resume": {"en": "Resume continues a stopped or failed run; {run} is {state}.",
+                      "zh": "“继续训练”用于已停止或失败的运行；{run} 当前为{state}。"},
     "cloned": {"en": "Copied {run}'s spec into the form.", "zh": "已将 {run} 的配置复制到表单。"},
     "clone_failed": {"en": "Could not clone: {err}", "zh": "无法复制：{err}"},
     "deleted": {"en": "Deleted {run}.", "zh": "已删除 {run}。"},

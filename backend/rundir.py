@@ -2,7 +2,9 @@
 
 runs/<run_id>/
   spec.yaml        validated RunSpec, frozen at launch
-  status.json      state, pid, process start time, step, total steps, error (written atomically)
+  status.json      state, pid, process start time, step, total steps, error (written atomically);
+                   created_at (the first start; started_at is the current session's), elapsed_s (training
+                   time summed over sessions: a resume carries it on from the checkpoint)
   metrics.jsonl    one JSON object per optimizer step, append-only
   samples.jsonl    logged completions with their rewards
   train.log        the trainer's stdout and stderr
@@ -35,6 +37,7 @@ from backend.spec import RunSpec, save_spec
 
 ACTIVE_STATES = ("starting", "running", "stopping")
 FINAL_STATES = ("stopped", "finished", "failed")
+RESUMABLE_STATES = ("stopped", "failed")  # a finished run has nothing left to train; an active one is running
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -249,6 +252,18 @@ def new_run_dir(runs_dir: str | Path, name: str) -> RunDir:
             continue
 
 
+def created_at(run_id: str, status: dict[str, Any]) -> float | None:
+    """When a run was first started: its status's created_at, else the time its id names (runs created
+    before created_at was written), else None."""
+    v = status.get("created_at")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    try:
+        return time.mktime(time.strptime(run_id[:15], "%Y%m%d-%H%M%S"))
+    except ValueError:
+        return None
+
+
 def default_run_name(spec: RunSpec, preset: str = "") -> str:
     return spec.output.run_name or preset or Path(spec.model.name_or_path.rstrip("/")).name or "run"
 
@@ -262,7 +277,7 @@ def create_run(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> R
     save_spec(spec, run.spec_path)
     # relative paths in the spec (model, data, plugins) resolve against base_dir, also on a later resume
     run.write_status(state="starting", step=0, total_steps=spec.algorithm.max_steps, preset=preset, error="",
-                     base_dir=str(Path(base_dir).resolve()))
+                     base_dir=str(Path(base_dir).resolve()), created_at=time.time())
     return run
 
 
