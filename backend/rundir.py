@@ -195,11 +195,19 @@ class BestCheckpoint:
 
 
 def list_evals(folder: str | Path) -> list[Path]:
-    """Evaluation folders (those with a status.json) directly under `folder`, newest first."""
+    """Evaluation folders (those with a status.json) under `folder`, newest first: those directly under it,
+    and the members of a comparison folder (`python -m backend.eval.compare --out DIR` writes DIR/0, DIR/1, ...)."""
     root = Path(folder)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and (p / "status.json").is_file()]
+    found = []
+    for p in root.iterdir():
+        if not p.is_dir():
+            continue
+        if (p / "status.json").is_file():
+            found.append(p)
+        else:
+            found += [m for m in p.iterdir() if m.name.isdigit() and (m / "status.json").is_file()]
     return sorted(found, key=lambda p: (p / "status.json").stat().st_mtime, reverse=True)
 
 
