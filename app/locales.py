@@ -175,6 +175,7 @@ UI: dict[str, dict[str, str]] = {
     "force_kill": {"en": "Force kill", "zh": "强制结束"},
     "resume": {"en": "Resume", "zh": "继续训练"},
     "clone": {"en": "Clone into form", "zh": "复制到表单"},
+    "evaluate_run": {"en": "Evaluate this run", "zh": "评测此运行"},
     "delete": {"en": "Delete", "zh": "删除"},
     "confirm_delete": {"en": "Confirm: delete {run}", "zh": "确认删除 {run}"},
     "cancel": {"en": "Cancel", "zh": "取消"},

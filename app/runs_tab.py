@@ -3,7 +3,8 @@
 Everything shown is read from run directories (never from trainer memory), incrementally through the
 shared RunStore, so a refresh or a studio restart loses nothing. One timer drives the updates; each
 session remembers what it last drew and skips unchanged outputs, which keeps many open tabs cheap.
-`runs_page` wires the page (`runs?run=ID` selects a run, Clone opens the Build page on its spec).
+`runs_page` wires the page (`runs?run=ID` selects a run, Clone opens the Build page on its spec,
+"Evaluate this run" the Evaluate page on the run).
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ class RunsTab:
             self.resume_btn = reg.value(gr.Button(t("resume", lang), interactive=ctl.resume, scale=1,
                                                   elem_id="resume-btn"), "resume")
             self.clone_btn = reg.value(gr.Button(t("clone", lang), scale=1, elem_id="clone-btn"), "clone")
+            self.eval_btn = reg.value(gr.Button(t("evaluate_run", lang), scale=1, elem_id="evaluate-run-btn"),
+                                      "evaluate_run")
             self.delete_btn = reg.value(gr.Button(t("delete", lang), scale=1, elem_id="delete-btn"), "delete")
         with gr.Row(visible=False) as self.confirm_row:
             self.confirm_btn = gr.Button(variant="stop", elem_id="confirm-delete-btn")
@@ -476,5 +479,13 @@ def runs_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
         return [gr.skip(), f"./?clone={run_id}"]
 
     runs.clone_btn.click(on_clone, [runs.run_select, radio], [runs.action_msg, nav], queue=False).then(
+        None, nav, None, js=NAV_JS)
+
+    def on_evaluate(run_id: str | None, lang: str) -> list[Any]:  # the Evaluate page opens on the run
+        if find_run(config.runs_dir, run_id or "") is None:
+            return [t("no_run", lang), ""]
+        return [gr.skip(), f"evaluate?model={run_id}"]
+
+    runs.eval_btn.click(on_evaluate, [runs.run_select, radio], [runs.action_msg, nav], queue=False).then(
         None, nav, None, js=NAV_JS)
     wire_language(demo, reg, radio, store, on_change=forget_drawn(memo), then=(tick, [], [*r_out, *s_out]))
