@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +212,14 @@ class EvalTab:
     def _finished(self) -> tuple[dict[str, Path], list[tuple[str, str]]]:
         """Every evaluation, and the picker's choices: the finished ones, named by model, data and time."""
         evals = all_evals(self.config.runs_dir, self.evals_dir)
-        return evals, [(eval_label(p), k) for k, p in evals.items() if (p / "results.json").is_file()]
+        choices, seen = [], Counter[str]()
+        for k, p in evals.items():
+            if (p / "results.json").is_file():
+                owner = k.split("/", 1)[0]
+                label = eval_label(p, "" if owner == "evals" else owner)
+                seen[label] += 1  # two evaluations of one model on one data in the same minute stay apart
+                choices.append((label if seen[label] == 1 else f"{label} ({seen[label]})", k))
+        return evals, choices
 
     def model_lists(self) -> list[Any]:
         """The model pickers (Evaluate, Chat A and B, Export): runs and checkpoints come and go while the studio

@@ -93,9 +93,9 @@ def all_evals(runs_dir: Path, evals_dir: Path) -> dict[str, Path]:
     return out
 
 
-def eval_label(folder: Path) -> str:
+def eval_label(folder: Path, run_id: str = "") -> str:
     """A picker label that says what was evaluated: model · data · time (from the folder's settings; the
-    folder's name when it has none)."""
+    folder's name when it has none). An evaluation of a run's checkpoint names the run (`RUN_ID:step-N`)."""
     try:
         doc = json.loads((folder / "results.json").read_text())
     except (OSError, json.JSONDecodeError):
@@ -104,6 +104,7 @@ def eval_label(folder: Path) -> str:
     when = doc.get("finished_at") or _mtime(folder / "status.json")
     if not model:
         return folder.name
+    model = f"{run_id}:{model}" if run_id else model
     return " · ".join(str(x) for x in (model, data, format_time(when)) if x)
 
 

@@ -193,8 +193,8 @@ def _finished_eval(folder: Path, model: str, accuracy: float, answers: list[str]
 def _pair(run_dir: Path) -> tuple[Path, Path]:
     """What "Base vs this checkpoint" writes: eval/<name>/0 (the base) and /1 (the checkpoint)."""
     out = run_dir / "eval" / "20260101-000000-studio-compare"
-    return (_finished_eval(out / "0", "r1:base", 0.5, ["2", "5"]),
-            _finished_eval(out / "1", "r1:step-3", 1.0, ["2", "4"]))
+    return (_finished_eval(out / "0", "base", 0.5, ["2", "5"]),
+            _finished_eval(out / "1", "step-3", 1.0, ["2", "4"]))
 
 
 def test_pair_members_are_listed_and_labelled(tmp_path: Path) -> None:
@@ -212,7 +212,8 @@ def test_pair_members_are_listed_and_labelled(tmp_path: Path) -> None:
     evals = all_evals(runs, tmp_path / "evals")
     assert evals == {"r1/20260101-000000-studio-compare/0": base, "r1/20260101-000000-studio-compare/1": ckpt,
                      "evals/20260101-000001-studio-eval": single}
-    assert eval_label(base) == f"r1:base · add_test · {format_time(1.7e9)}"
+    assert eval_label(base, "r1") == f"r1:base · add_test · {format_time(1.7e9)}"
+    assert eval_label(single) == f"tiny-add · add_test · {format_time(1.7e9)}"
     (tmp_path / "bare").mkdir()
     assert eval_label(tmp_path / "bare") == "bare"  # no settings: the folder's name
 
@@ -251,7 +252,7 @@ def test_page_opens_the_pair_as_a_comparison_and_refreshes_models(tmp_path: Path
     m.update(eval_out=str(base), pair=[str(base), str(ckpt)], pair_shown=False)
     out = dict(zip(["progress", "results", "cmp", "model", "chat_a", "chat_b", "export"], tab.tick(m), strict=True))
     assert m["eval_out"] == str(ckpt)  # the base finished: the page follows the checkpoint
-    assert out["results"]["visible"] and out["results"]["value"]["headers"][1:3] == ["r1:base", "r1:step-3"]
+    assert out["results"]["visible"] and out["results"]["value"]["headers"][1:] == ["base", "step-3", "Δ step-3 − base"]
     assert out["cmp"]["value"] == ["r1/20260101-000000-studio-compare/0", "r1/20260101-000000-studio-compare/1"]
     assert {label.rsplit(" · ", 1)[0] for label, _ in out["cmp"]["choices"]} == {"r1:base · add_test",
                                                                                  "r1:step-3 · add_test"}
