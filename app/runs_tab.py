@@ -35,11 +35,10 @@ STATE_COLORS = {"running": "#16a34a", "starting": "#2563eb", "stopping": "#d9770
 TABLE_REDRAW_S = 4.0
 MAIN_CHARTS = ("reward", "reward_spread", "lengths", "policy")
 MORE_CHARTS = ("optim", "timing", "throughput", "telemetry", "eval")
-# Gradio's autoscroll misses a log tail filled while its accordion is closed: after each update the newest
-# line is brought into view (in the browser only, no server call), unless the text is unchanged
+# Gradio's autoscroll misses a log tail filled while its accordion is closed: when the text changes, the newest
+# line is brought into view
 LOG_SCROLL_JS = """() => { requestAnimationFrame(() => { const t = document.querySelector('#log-tail textarea');
-  if (t && t.dataset.gsLen !== String(t.value.length)) { t.dataset.gsLen = t.value.length; t.scrollTop = t.scrollHeight; }
-}); }"""
+  if (t) { t.scrollTop = t.scrollHeight; } }); }"""
 
 
 def chart_titles(lang: str) -> dict[str, str]:
@@ -390,7 +389,7 @@ class RunsTab:
             live_runs, None, r_out, concurrency_id="refresh", **kw)
         for acc, name in ((self.more_acc, "more"), (self.log_acc, "log")):
             acc.expand(_panel(memo, name, True), None, None, queue=False).then(
-                live_runs, None, r_out, concurrency_id="refresh", **kw).then(None, None, None, js=LOG_SCROLL_JS)
+                live_runs, None, r_out, concurrency_id="refresh", **kw)
             acc.collapse(_panel(memo, name, False), None, None, queue=False)
 
         def on_step(value: float, request: gr.Request) -> bool:
@@ -408,6 +407,7 @@ class RunsTab:
                 ev(memo.setter(key), comp, None, queue=False).then(live_samples, None, s_out, concurrency_id="samples",
                                                                     **kw)
         self.table.select(_select_row, None, self.run_select)
+        self.log.change(None, None, None, js=LOG_SCROLL_JS)  # in the browser only, when new lines arrived
         msg_in = [self.run_select, self.lang_input]
         plain = {k: v for k, v in kw.items() if k != "trigger_mode"}
         self.stop_btn.click(self.on_stop, msg_in, self.action_msg).then(live_runs, None, r_out, **plain)
@@ -462,8 +462,7 @@ def runs_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
         m = memo.get(request)
         return [*runs.refresh(m), *runs.refresh_samples(m)]
 
-    timer.tick(tick, None, [*r_out, *s_out], trigger_mode="once", concurrency_id="tick", **kw).then(
-        None, None, None, js=LOG_SCROLL_JS)
+    timer.tick(tick, None, [*r_out, *s_out], trigger_mode="once", concurrency_id="tick", **kw)
     runs.wire_controls(memo, live_runs, live_samples)
 
     def on_open(request: gr.Request) -> None:  # `runs?run=ID` selects that run
