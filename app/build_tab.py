@@ -1,5 +1,6 @@
-"""The Build-a-run tab: preset picker, import, one section per RunSpec section, live validation and the
-action bar (Start, Preview command, Save as preset, Export YAML)."""
+"""The Build-a-run page: preset picker, import, one section per RunSpec section, live validation and the
+action bar (Start, Preview command, Save as preset, Export YAML). `build_page` wires the page: Start
+launches and opens the Runs page on the new run, `?clone=RUN_ID` fills the form from a run's spec."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ from app.fields import FormUI, Registry, field_info
 from app.form import Validation, field_doc, fields, spec_to_values, to_widget, validate_values
 from app.locales import t
 from app.model_info import model_summary
+from app.page import NAV_JS, header, wire_language
+from app.runlist import find_run
 from app.sections import BuildContext, algorithm, data, model, output, resources, rewards, rollout
+from backend import launcher
 from backend.importers import import_any
 from backend.machine import Machine
 from backend.plan import plan
-from backend.spec import RunSpec, SpecError, SpecIssue
+from backend.spec import RunSpec, SpecError, SpecIssue, load_spec
 
 SECTIONS = (("model", "sec_model", model), ("data", "sec_data", data), ("rewards", "sec_rewards", rewards),
             ("rollout", "sec_rollout", rollout), ("resources", "sec_resources", resources),
@@ -265,3 +269,53 @@ class BuildTab:
                               [self.yaml_code, self.yaml_file, self.message])
         self.save_btn.click(self.on_save, [self.preset_name, self.overwrite, self.lang_input, *ins],
                             [self.preset, self.message])
+
+
+def build_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
+    reg = Registry()
+    radio, store = header(reg, lang, "subtitle")
+    build = BuildTab(config, reg, radio, lang)
+    nav = gr.Textbox(visible=False, elem_id="nav-url")
+    ins = build.inputs
+    vfn, vin, vout = build.validate_event_args
+
+    def on_start(preset: str, lang: str, *args: Any) -> list[Any]:
+        v = validate_form(build.config, build.form.values(args))
+        if not v.ok or v.spec is None:
+            return ["⚠ " + t("invalid_form", lang), ""]
+        try:
+            run = launcher.launch(v.spec, base_dir=config.workspace.root, preset=preset or "",
+                                  workspace=config.workspace)
+        except SpecError as err:
+            return ["⚠ " + html.escape(t("start_failed", lang, err="; ".join(map(str, err.issues)))), ""]
+        except Exception as err:  # spawn failures: shown, the studio keeps serving
+            return ["⚠ " + html.escape(t("start_failed", lang, err=f"{type(err).__name__}: {err}")), ""]
+        return [t("started", lang, run=run.run_id), f"runs?run={run.run_id}"]
+
+    build.start.click(on_start, [build.preset, radio, *ins], [build.message, nav], concurrency_limit=1,
+                      concurrency_id="start").then(None, nav, None, js=NAV_JS)
+
+    # `?clone=RUN_ID` (the Runs page's "Clone into form"): the run's frozen spec fills the form
+    def on_open(lang: str, request: gr.Request) -> list[Any]:
+        rid = request.query_params.get("clone", "") if request else ""
+        if not rid:
+            return [gr.skip(), *[gr.skip() for _ in fields()]]
+        run = find_run(config.runs_dir, rid)
+        try:
+            if run is None:
+                raise LookupError(rid)
+            spec = load_spec(run.spec_path)
+        except (LookupError, SpecError) as err:
+            return ["⚠ " + html.escape(t("clone_failed", lang, err=err)), *[gr.skip() for _ in fields()]]
+        return [t("cloned", lang, run=rid), *build.fill(spec)]
+
+    demo.load(on_open, radio, [build.message, *ins], show_progress="hidden").then(vfn, vin, vout,
+                                                                                  show_progress="hidden")
+    wire_language(demo, reg, radio, store, then=(_reset_prev(vfn), vin, vout))
+
+
+def _reset_prev(validate: Any) -> Any:
+    """Validation after a language switch re-sends every field's help (the previous messages are forgotten)."""
+    def run(lang: str, prev: dict[str, str], *args: Any) -> list[Any]:
+        return validate(lang, {}, *args)
+    return run

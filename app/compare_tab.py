@@ -1,4 +1,4 @@
-"""The Compare tab: pick several runs and overlay any metric (live, like the dashboard)."""
+"""The Compare page: pick several runs and overlay any metric (live, like the dashboard, on a slower timer)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from app.config import StudioConfig
 from app.fields import Registry
 from app.figures import compare_figure
 from app.locales import t
+from app.page import forget_drawn, header, session_defaults, wire_language
 from app.runlist import find_run
 from app.session import SessionMemo
 from backend.rundir import list_runs
@@ -78,3 +79,21 @@ class CompareTab:
                               (self.smoothing.release, self.smoothing, "cmp_smoothing"),
                               (self.x_mode.input, self.x_mode, "cmp_x")):
             ev(memo.setter(key), comp, None, queue=False).then(live, None, self.outputs(), **kw)
+
+
+def compare_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
+    reg = Registry()
+    radio, store = header(reg, lang, "subtitle_compare")
+    compare = CompareTab(config, reg, radio, lang)
+    timer = gr.Timer(config.refresh_s * 2)  # finished runs dominate comparisons: a slower tick is plenty
+    memo = SessionMemo({**session_defaults(lang, None), "cmp_runs": list(compare.initial_runs)})
+    c_out = compare.outputs()
+
+    def live(request: gr.Request) -> list[Any]:
+        return compare.refresh(memo.get(request))
+
+    timer.tick(live, None, c_out, trigger_mode="once", show_progress="hidden", concurrency_limit=8,
+               concurrency_id="compare")
+    compare.wire_controls(memo, live)
+    demo.load(live, None, c_out, show_progress="hidden")
+    wire_language(demo, reg, radio, store, on_change=forget_drawn(memo), then=(live, [], c_out))

@@ -2,7 +2,8 @@
 
 Evaluations and exports run as child processes (`python -m backend.eval`, `python -m backend.eval.export`,
 started with backend.project.child_env()); the page follows them through their folders only. Chat loads
-the chosen model into the studio process (cached, two at most) and streams the reply.
+the chosen model into the studio process (cached, two at most) and streams the reply. `eval_page` wires
+the page: one timer follows the running evaluation and the finished ones.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +26,21 @@ from app.eval_view import (
     comparison_table,
     data_choices,
     eval_command,
-    metrics_rows,
+    eval_label,
     model_choices,
     progress_html,
     resolve_data_ref,
     resolve_model_ref,
+    results_table,
     side_by_side_html,
 )
 from app.fields import Registry
 from app.figures import reward_histogram
 from app.locales import t
 from app.media import thumb_uris
+from app.page import header, wire_language
 from app.paths import PathError
+from app.runlist import find_run
 from app.session import SessionMemo
 from backend.eval import options
 from backend.eval.compare import FILTERS, CompareError, compare, load_eval
@@ -81,15 +85,16 @@ class EvalTab:
                 self.pair_btn = reg.value(gr.Button(t("ev_pair", lang), elem_id="eval-pair"), "ev_pair")
             self.message = gr.Markdown(elem_id="eval-message")
             self.progress = gr.HTML(elem_id="eval-progress")
-            self.results = gr.Dataframe(headers=["metric", "value"], interactive=False, elem_id="eval-results",
-                                        label=t("ev_results", lang))
+            # hidden until there are results: an empty Dataframe shows placeholder headers "1 2 3"
+            self.results = gr.Dataframe(interactive=False, elem_id="eval-results", label=t("ev_results", lang),
+                                        visible=False)
             reg.label(self.results, "ev_results")
         # ---------------------------------------------------------------- compare
         with gr.Accordion(t("ev_compare", lang), open=True) as acc:
             reg.label(acc, "ev_compare")
-            labels = list(all_evals(config.runs_dir, self.evals_dir))
             with gr.Row():
-                self.cmp_evals = gr.Dropdown(labels, value=[], multiselect=True, scale=3, label=t("ev_cmp_evals", lang),
+                self.cmp_evals = gr.Dropdown(self._finished()[1], value=[], multiselect=True, scale=3,
+                                             label=t("ev_cmp_evals", lang),
                                              info=t("ev_cmp_info", lang), elem_id="cmp-evals")
                 reg.label_info(self.cmp_evals, "ev_cmp_evals", "ev_cmp_info")
                 self.cmp_filter = gr.Radio([(t(f"ev_f_{f}", lang), f) for f in FILTERS], value="all", scale=2,
@@ -97,7 +102,8 @@ class EvalTab:
                 reg.add(self.cmp_filter, lambda lg: {"label": t("ev_filter", lg),
                                                      "choices": [(t(f"ev_f_{f}", lg), f) for f in FILTERS]})
             self.cmp_msg = gr.Markdown(elem_id="cmp-msg")
-            self.cmp_table = gr.Dataframe(interactive=False, elem_id="cmp-metrics", label=t("ev_cmp_table", lang))
+            self.cmp_table = gr.Dataframe(interactive=False, elem_id="cmp-metrics", label=t("ev_cmp_table", lang),
+                                          visible=False)
             reg.label(self.cmp_table, "ev_cmp_table")
             with gr.Row():
                 self.cmp_hist = gr.Plot(show_label=False, elem_id="chart-cmp-hist")
@@ -202,8 +208,25 @@ class EvalTab:
         m["eval_out"], m["pair"], m["pair_shown"] = str(out / "0"), [str(out / "0"), str(out / "1")], False
         return t("ev_started", lang, out=self.config.workspace.rel(out))
 
+    def _finished(self) -> tuple[dict[str, Path], list[tuple[str, str]]]:
+        """Every evaluation, and the picker's choices: the finished ones, named by model, data and time."""
+        evals = all_evals(self.config.runs_dir, self.evals_dir)
+        choices, seen = [], Counter[str]()
+        for k, p in evals.items():
+            if (p / "results.json").is_file():
+                owner = k.split("/", 1)[0]
+                label = eval_label(p, "" if owner == "evals" else owner)
+                seen[label] += 1  # two evaluations of one model on one data in the same minute stay apart
+                choices.append((label if seen[label] == 1 else f"{label} ({seen[label]})", k))
+        return evals, choices
+
+    def model_lists(self) -> list[Any]:
+        """The model pickers (Evaluate, Chat A and B, Export): runs and checkpoints come and go while the studio
+        serves, so the tick refreshes their choices."""
+        return [self.model, self.chat_a, self.chat_b, self.exp_model]
+
     def tick_outputs(self) -> list[Any]:
-        return [self.progress, self.results, self.cmp_evals]
+        return [self.progress, self.results, self.cmp_evals, *self.model_lists()]
 
     def tick(self, m: dict[str, Any]) -> list[Any]:
         sess = m.setdefault("eval_sess", {})
@@ -217,23 +240,32 @@ class EvalTab:
         prog_up = gr.skip() if sess.get("progress") == prog else prog
         sess["progress"] = prog
         res_up: Any = gr.skip()
-        if out is not None and read_eval_status(out).get("state") == "finished" and sess.get("results") != str(out):
-            results, problem = read_json_object(out / "results.json")
-            if results and not problem and all(isinstance(results.get(k, {}), dict) for k in ("metrics", "thinking", "timing")):
-                res_up = {"headers": ["metric", "value"], "data": metrics_rows(results)}
+        shown = [Path(p) for p in pair] if pair and str(out) == pair[1] else [out] if out is not None else []
+        if shown and read_eval_status(out).get("state") == "finished" and sess.get("results") != str(out):
+            loaded = [read_json_object(f / "results.json") for f in shown]  # untrusted files (backend.rundir)
+            if all(r and not problem and all(isinstance(r.get(k, {}), dict) for k in ("metrics", "thinking", "timing"))
+                   for r, problem in loaded):
+                res_up = gr.update(value=results_table([(r.get("model_label") or f.name, r)
+                                                        for f, (r, _) in zip(shown, loaded, strict=True)]), visible=True)
                 sess["results"] = str(out)
-        evals = all_evals(self.config.runs_dir, self.evals_dir)
-        finished = [k for k, p in evals.items() if (p / "results.json").is_file()]
+        evals, choices = self._finished()
+        finished = [k for _, k in choices]
         cmp_up: Any = gr.skip()
         if sess.get("evals") != finished:
             sess["evals"] = finished
             value = [v for v in (m.get("cmp_sel") or []) if v in finished]
             if pair and all(Path(p).joinpath("results.json").is_file() for p in pair) and not m.get("pair_shown"):
-                value = [k for p in pair for k, v in evals.items() if str(v) == p]
+                value = [k for p in pair for k, v in evals.items() if str(v) == p]  # the pair opens compared
                 m["pair_shown"] = True
             m["cmp_sel"] = value
-            cmp_up = gr.update(choices=finished, value=value)
-        return [prog_up, res_up, cmp_up]
+            cmp_up = gr.update(choices=choices, value=value)
+        models = model_choices(self.config.runs_dir, self.config.workspace)
+        models_up = [gr.skip()] * 4
+        if sess.get("models") != models:
+            sess["models"] = models
+            models_up = [gr.update(choices=models), gr.update(choices=models), gr.update(choices=["", *models]),
+                         gr.update(choices=models)]
+        return [prog_up, res_up, cmp_up, *models_up]
 
     # -------------------------------------------------------------------- compare
 
@@ -244,21 +276,21 @@ class EvalTab:
         evals = all_evals(self.config.runs_dir, self.evals_dir)
         chosen = [s for s in (selected or []) if s in evals]
         if len(chosen) < 2:
-            return [t("ev_cmp_pick", lang), None, "", None, gr.update(visible=False)]
+            return [t("ev_cmp_pick", lang), gr.update(visible=False), "", None, gr.update(visible=False)]
         try:
             loaded = [load_eval(evals[s]) for s in chosen]
             for j, e in enumerate(loaded):  # numbered: two evaluations of the same model stay apart
                 e.label = f"{j}:{e.label}"
             cmp = compare(loaded)
         except CompareError as err:
-            return ["⚠ " + html.escape(str(err)), None, "", None, gr.update(visible=False)]
+            return ["⚠ " + html.escape(str(err)), gr.update(visible=False), "", None, gr.update(visible=False)]
         rows = cmp.filtered(which or "all")
         csv_path = Path(tempfile.mkdtemp(prefix="grpo-compare-")) / "compare.csv"
         csv_path.write_text(cmp.to_csv(which or "all"))
         hist = reward_histogram(list(zip(cmp.labels, cmp.rewards, strict=True)), t("ev_hist", lang))
         msg = t("ev_cmp_shown", lang, n=len(rows), total=len(cmp.rows))
         sbs = side_by_side_html(cmp, rows, image_uris=lambda refs: thumb_uris(refs, self.config.workspace))
-        return [msg, comparison_table(cmp), sbs, hist,
+        return [msg, gr.update(value=comparison_table(cmp), visible=True), sbs, hist,
                 gr.update(value=str(csv_path), visible=True)]
 
     # -------------------------------------------------------------------- chat
@@ -345,6 +377,34 @@ class EvalTab:
         self.chat_clear.click(lambda: ([], []), None, [self.chat_view_a, self.chat_view_b], queue=False)
         self.exp_btn.click(self.on_export, [self.exp_model, self.exp_out, self.exp_push, radio], self.exp_msg,
                            concurrency_limit=1)
+
+
+def eval_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
+    reg = Registry()
+    radio, store = header(reg, lang, "subtitle_eval")
+    ev = EvalTab(config, reg, radio, lang)
+    timer = gr.Timer(config.refresh_s)
+    memo = SessionMemo({"lang": lang, "eval_out": None, "eval_sess": {}, "cmp_sel": []})
+    ev.wire(memo, radio)
+
+    def tick(request: gr.Request) -> list[Any]:
+        return ev.tick(memo.get(request))
+
+    timer.tick(tick, None, ev.tick_outputs(), trigger_mode="once", show_progress="hidden", concurrency_limit=8,
+               concurrency_id="eval-tick")
+
+    def on_open(request: gr.Request) -> Any:  # `evaluate?model=RUN_ID` (the Runs page's "Evaluate this run")
+        rid = request.query_params.get("model", "") if request else ""
+        return gr.update(value=rid) if find_run(config.runs_dir, rid) is not None else gr.skip()
+
+    demo.load(on_open, None, ev.model, queue=False, show_progress="hidden").then(tick, None, ev.tick_outputs(),
+                                                                                   show_progress="hidden")
+
+    def forget(lang: str, request: gr.Request) -> None:
+        m = memo.get(request)
+        m["lang"], m["eval_sess"] = lang, {}
+
+    wire_language(demo, reg, radio, store, on_change=forget, then=(tick, [], ev.tick_outputs()))
 
 
 def _option_widget(f: Any, reg: Registry, lang: str) -> Any:

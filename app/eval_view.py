@@ -7,13 +7,14 @@ an evaluation only through its folder (status.json, results.json, samples.jsonl)
 from __future__ import annotations
 
 import html
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from app.paths import PathError, Workspace
-from app.runlist import format_duration
+from app.runlist import format_duration, format_time
 from backend.eval.benchmarks import BENCHMARKS
 from backend.eval.compare import Comparison, PromptRow
 from backend.eval.options import EvalConfig, to_argv
@@ -80,14 +81,38 @@ def eval_command(cfg: EvalConfig) -> list[str]:
 
 
 def all_evals(runs_dir: Path, evals_dir: Path) -> dict[str, Path]:
-    """label -> folder of every evaluation: RUN_ID/NAME under runs, evals/NAME in the workspace's evals folder."""
+    """key -> folder of every evaluation: RUN_ID/NAME under runs, evals/NAME in the workspace's evals folder
+    (NAME/0, NAME/1 for the members of a comparison). Keys are the picker's values; eval_label names them."""
     out: dict[str, Path] = {}
     for run in list_runs(runs_dir):
         for f in run.evals():
-            out[f"{run.run_id}/{f.name}"] = f
-    for f in list_evals(evals_dir):
-        out[f"evals/{f.name}"] = f
+            out[f"{run.run_id}/{f.relative_to(run.eval_dir).as_posix()}"] = f
+    root = Path(evals_dir)
+    for f in list_evals(root):
+        out[f"evals/{f.relative_to(root).as_posix()}"] = f
     return out
+
+
+def eval_label(folder: Path, run_id: str = "") -> str:
+    """A picker label that says what was evaluated: model · data · time (from the folder's settings; the
+    folder's name when it has none). An evaluation of a run's checkpoint names the run (`RUN_ID:step-N`)."""
+    try:
+        doc = json.loads((folder / "results.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        doc = read_eval_status(folder).get("settings") or {}
+    model, data = doc.get("model_label"), doc.get("data_label") or doc.get("data")
+    when = doc.get("finished_at") or _mtime(folder / "status.json")
+    if not model:
+        return folder.name
+    model = f"{run_id}:{model}" if run_id else model
+    return " · ".join(str(x) for x in (model, data, format_time(when)) if x)
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def progress_html(folder: Path | None, labels: dict[str, str]) -> str:
@@ -122,13 +147,38 @@ def metrics_rows(results: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
+def results_table(results: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The Results panel: one column per (label, results.json) and, for a pair, the second minus the first, so
+    "base vs this checkpoint" reads as a comparison and not as one unlabelled set of numbers."""
+    columns = [dict(metrics_rows(r)) for _, r in results]
+    names = list(dict.fromkeys(k for c in columns for k in c))
+    headers = ["metric", *[label for label, _ in results]]
+    data = [[k, *[c.get(k, "") for c in columns]] for k in names]
+    if len(results) == 2:
+        headers.append(f"Δ {results[1][0]} − {results[0][0]}")
+        for row in data:
+            row.append(_fmt(_diff(row[2], row[1])))
+    return {"headers": headers, "data": data}
+
+
 def _fmt(v: Any) -> Any:
     return round(v, 4) if isinstance(v, float) else v
 
 
 def comparison_table(cmp: Comparison) -> dict[str, Any]:
-    return {"headers": ["model", *cmp.metric_names],
-            "data": [[r[0], *[_fmt(v) if v is not None else "" for v in r[1:]]] for r in cmp.table]}
+    """One row per model and, for each model after the baseline, its difference to the baseline."""
+    data = [[r[0], *[_fmt(v) if v is not None else "" for v in r[1:]]] for r in cmp.table]
+    base = cmp.table[0]
+    for r in cmp.table[1:]:
+        data.append([f"Δ {r[0]} − {base[0]}", *[_fmt(_diff(v, b)) for v, b in zip(r[1:], base[1:], strict=True)]])
+    return {"headers": ["model", *cmp.metric_names], "data": data}
+
+
+def _diff(v: Any, base: Any) -> Any:
+    num = (int, float)
+    if isinstance(v, num) and isinstance(base, num) and not isinstance(v, bool) and not isinstance(base, bool):
+        return v - base
+    return ""
 
 
 def side_by_side_html(cmp: Comparison, rows: list[PromptRow], limit: int = 100,

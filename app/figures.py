@@ -254,12 +254,22 @@ def _layout(fig: Figure, title: str, x_mode: str, secondary: bool = False, y2_ti
     lay["uirevision"] = title  # keep the user's zoom across live updates
     if x_mode == "elapsed":  # steps and clock times read as such; hours need saying
         lay["xaxis"]["title"] = {"text": "hours", "standoff": 2}
+    if x_mode == "step":
+        lay["xaxis"].update(step_ticks(fig))
     if secondary:
         lay["margin"]["r"] = 50
         lay["yaxis2"] = {"overlaying": "y", "side": "right", "showgrid": False, "zeroline": False,
                          "title": {"text": y2_title}, "automargin": True}
     fig.layout.update(lay)
     return fig
+
+
+def step_ticks(fig: Figure) -> dict[str, Any]:
+    """Axis settings that keep step ticks whole: Plotly's automatic ticks on a few steps fall on 1.5, 2.5, ..."""
+    xs = [float(v) for tr in fig.data for v in np.asarray(tr.get("x", []), dtype=float).ravel() if v == v]
+    if xs and max(xs) - min(xs) < 10:
+        return {"tickformat": "d", "tick0": 0, "dtick": 1}
+    return {"tickformat": "d"}
 
 
 def empty_figure(title: str, message: str = "no data yet") -> Figure:

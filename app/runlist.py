@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.rundir import ACTIVE_STATES, RunDir, list_runs
+from backend.rundir import ACTIVE_STATES, RESUMABLE_STATES, RunDir, created_at, list_runs
 
 RUN_COLUMNS = ("run", "preset", "state", "step", "reward", "started", "duration")
 
@@ -49,21 +49,29 @@ class RunInfo:
     step_s: float | None
     eta_s: float | None
     warnings: list[str] = field(default_factory=list)
+    created_at: float | None = None  # the first start (started_at is the current session's)
+    trained_s: float | None = None  # training time over all sessions (status elapsed_s), as of updated_at
 
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_STATES
 
     def duration(self, now: float | None = None) -> float | None:
+        """Training time: over every session when the trainer reported it (a resume keeps counting), else
+        the current session's wall time."""
+        now = now or time.time()
+        if self.trained_s is not None:
+            live = max(0.0, now - (self.updated_at or now)) if self.active else 0.0
+            return self.trained_s + live
         if not self.started_at:
             return None
-        end = (now or time.time()) if self.active else (self.updated_at or now or time.time())
+        end = now if self.active else (self.updated_at or now)
         return max(0.0, end - self.started_at)
 
     def row(self, now: float | None = None) -> list[Any]:
         total = f"{self.step}/{self.total_steps}" if self.total_steps else str(self.step)
         reward = "" if self.reward is None else f"{self.reward:.3f}"
-        return [self.run_id, self.preset, self.state, total, reward, format_time(self.started_at),
+        return [self.run_id, self.preset, self.state, total, reward, format_time(self.created_at or self.started_at),
                 format_duration(self.duration(now))]
 
 
@@ -78,8 +86,22 @@ def run_info(run: RunDir) -> RunInfo:
         step=int(st.get("step") or 0), total_steps=int(st.get("total_steps") or 0), reward=_num(st.get("reward")),
         started_at=_num(st.get("started_at")), updated_at=_num(st.get("updated_at")),
         error=str(st.get("error") or ""), step_s=_num(st.get("step_s")), eta_s=_num(st.get("eta_s")),
-        warnings=[str(w) for w in st.get("warnings") or [] if w],
+        warnings=[str(w) for w in st.get("warnings") or [] if w], created_at=created_at(run.run_id, st),
+        trained_s=_num(st.get("elapsed_s")),
     )
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What the Runs page's buttons offer for a run in a given state (None: no run selected)."""
+    stop: bool  # only an active run can be stopped
+    stop_key: str  # the Stop button's locale key: "force_kill" while stopping (a second click kills the group)
+    resume: bool  # only a stopped or failed run: resuming a finished one would relaunch it for nothing
+
+
+def controls(state: str | None) -> Controls:
+    return Controls(state in ACTIVE_STATES, "force_kill" if state == "stopping" else "stop",
+                    state in RESUMABLE_STATES)
 
 
 def runs_table(runs_dir: str | Path, now: float | None = None) -> tuple[list[RunInfo], list[list[Any]]]:

@@ -1,8 +1,10 @@
-"""The Runs tab: the run list, run controls, progress, live dashboard, log tail and samples browser.
+"""The Runs page: the run list, run controls, progress, live dashboard, log tail and samples browser.
 
 Everything shown is read from run directories (never from trainer memory), incrementally through the
 shared RunStore, so a refresh or a studio restart loses nothing. One timer drives the updates; each
 session remembers what it last drew and skips unchanged outputs, which keeps many open tabs cheap.
+`runs_page` wires the page (`runs?run=ID` selects a run, Clone opens the Build page on its spec,
+"Evaluate this run" the Evaluate page on the run).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from app.fields import Registry
 from app.figures import CHART_IDS, MetricTable, build_dashboard, reward_histogram
 from app.locales import state_label, t
 from app.media import thumb_uris
-from app.runlist import RUN_COLUMNS, RunInfo, find_run, format_duration, progress, runs_table
+from app.page import NAV_JS, forget_drawn, header, session_defaults, wire_language
+from app.runlist import RUN_COLUMNS, RunInfo, controls, find_run, format_duration, progress, runs_table
 from app.samples_view import SampleFilter, render_step
 from app.session import SessionMemo
 from backend import launcher
-from backend.rundir import ACTIVE_STATES, BestCheckpoint, RunDir
+from backend.rundir import ACTIVE_STATES, RESUMABLE_STATES, BestCheckpoint, RunDir
 
 STATE_COLORS = {"running": "#16a34a", "starting": "#2563eb", "stopping": "#d97706", "stopped": "#6b7280",
                 "finished": "#0f766e", "failed": "#dc2626", "broken": "#dc2626"}
@@ -32,6 +35,10 @@ STATE_COLORS = {"running": "#16a34a", "starting": "#2563eb", "stopping": "#d9770
 TABLE_REDRAW_S = 4.0
 MAIN_CHARTS = ("reward", "reward_spread", "lengths", "policy")
 MORE_CHARTS = ("optim", "timing", "throughput", "telemetry", "eval")
+# Gradio's autoscroll misses a log tail filled while its accordion is closed: when the text changes, the newest
+# line is brought into view
+LOG_SCROLL_JS = """() => { requestAnimationFrame(() => { const t = document.querySelector('#log-tail textarea');
+  if (t) { t.scrollTop = t.scrollHeight; } }); }"""
 
 
 def chart_titles(lang: str) -> dict[str, str]:
@@ -78,17 +85,25 @@ class RunsTab:
         self.table = gr.Dataframe(value=self._table_value(rows, lang), interactive=False, wrap=False,
                                   label=t("runs_table", lang), elem_id="runs-table", max_height=260)
         reg.label(self.table, "runs_table")
+        ctl = controls(infos[0].state if infos else None)
         with gr.Row(equal_height=True):
             self.run_select = gr.Dropdown(ids, value=ids[0] if ids else None, label=t("run_select", lang), scale=3,
                                           elem_id="run-select")
             reg.label(self.run_select, "run_select")
-            self.stop_btn = reg.value(gr.Button(t("stop", lang), variant="stop", scale=1, elem_id="stop-btn"), "stop")
-            self.resume_btn = reg.value(gr.Button(t("resume", lang), scale=1, elem_id="resume-btn"), "resume")
+            # Stop and Resume follow the selected run's state (see _controls)
+            self.stop_btn = reg.value(gr.Button(t(ctl.stop_key, lang), variant="stop" if ctl.stop else "secondary",
+                                                interactive=ctl.stop, scale=1, elem_id="stop-btn"), "stop")
+            self.resume_btn = reg.value(gr.Button(t("resume", lang), interactive=ctl.resume, scale=1,
+                                                  elem_id="resume-btn"), "resume")
             self.clone_btn = reg.value(gr.Button(t("clone", lang), scale=1, elem_id="clone-btn"), "clone")
+            self.eval_btn = reg.value(gr.Button(t("evaluate_run", lang), scale=1, elem_id="evaluate-run-btn"),
+                                      "evaluate_run")
             self.delete_btn = reg.value(gr.Button(t("delete", lang), scale=1, elem_id="delete-btn"), "delete")
         with gr.Row(visible=False) as self.confirm_row:
             self.confirm_btn = gr.Button(variant="stop", elem_id="confirm-delete-btn")
             self.cancel_btn = reg.value(gr.Button(t("cancel", lang), elem_id="cancel-delete-btn"), "cancel")
+        self.controls_hint = gr.Markdown(self._hint(infos[0] if infos else None, lang), elem_id="run-controls-hint",
+                                         elem_classes=["gs-note"])
         self.action_msg = gr.Markdown(elem_id="run-action-msg")
         self.progress = gr.HTML(elem_id="run-progress")
 
@@ -151,10 +166,35 @@ class RunsTab:
     def _run(self, run_id: str | None) -> RunDir | None:
         return find_run(self.config.runs_dir, run_id or "")
 
+    @staticmethod
+    def _hint(info: RunInfo | None, lang: str) -> str:
+        """Why Resume is greyed out ('' when it is offered or no run is selected)."""
+        if info is None or controls(info.state).resume:
+            return ""
+        return t("why_no_resume", lang, run=info.run_id, state=state_label(info.state, lang))
+
+    def _controls(self, info: RunInfo | None, lang: str, sess: dict[str, Any]) -> list[Any]:
+        """Stop, Resume, the hint and the action message for the selected run; unchanged ones are skipped.
+        The action message ("Stopping ... Click again to kill it now") is cleared once the run it spoke of
+        has left the active states."""
+        ctl = controls(info.state if info else None)
+        sig = (ctl, lang, info.run_id if info else None)
+        out: list[Any] = [gr.skip()] * 3
+        if sess.get("controls") != sig:
+            sess["controls"] = sig
+            out = [gr.update(value=t(ctl.stop_key, lang), interactive=ctl.stop, variant="stop" if ctl.stop else "secondary"),
+                   gr.update(interactive=ctl.resume), self._hint(info, lang)]
+        now = (info.run_id, info.state) if info else None
+        prev, sess["state"] = sess.get("state"), now
+        settled = prev is not None and now is not None and prev[0] == now[0] and prev[1] in ACTIVE_STATES \
+            and now[1] not in ACTIVE_STATES
+        return [*out, "" if settled else gr.skip()]
+
     # ------------------------------------------------------------------------- live refresh
 
     def refresh_outputs(self) -> list[Any]:
-        return [self.table, self.run_select, self.progress, self.stop_btn, self.log, *self.plots.values()]
+        return [self.table, self.run_select, self.progress, self.stop_btn, self.resume_btn, self.controls_hint,
+                self.action_msg, self.log, *self.plots.values()]
 
     def refresh(self, m: dict[str, Any]) -> list[Any]:
         """One live tick for session memo `m` (see app.session): outputs that did not change are skipped
@@ -214,8 +254,9 @@ class RunsTab:
         prog = progress_html(info, tps, lang, best)
         prog_up = gr.skip() if sess.get("progress") == prog else prog
         sess["progress"] = prog
+        ctl_up = self._controls(info, lang, sess)
         if info is None:
-            return [table_up, select_up, prog_up, gr.skip(), gr.skip(), *plot_list]
+            return [table_up, select_up, prog_up, *ctl_up, gr.skip(), *plot_list]
         log_up: Any = gr.skip()
         if "log" in (panels or []):
             run = RunDir(info.path)
@@ -229,10 +270,7 @@ class RunsTab:
             sess["log"] = log_sig
         else:
             sess["log"] = None
-        stop_label = t("force_kill" if info.state == "stopping" else "stop", lang)
-        stop_up = gr.skip() if sess.get("stop") == stop_label else gr.update(value=stop_label)
-        sess["stop"] = stop_label
-        return [table_up, select_up, prog_up, stop_up, log_up, *plot_list]
+        return [table_up, select_up, prog_up, *ctl_up, log_up, *plot_list]
 
     def samples_outputs(self) -> list[Any]:
         return [self.step, self.samples, self.hist]
@@ -306,6 +344,9 @@ class RunsTab:
         run = self._run(run_id)
         if run is None:
             return t("no_run", lang)
+        state = run.state()
+        if state not in RESUMABLE_STATES:  # the button is greyed; a click from a page not yet refreshed lands here
+            return "⚠ " + t("why_no_resume", lang, run=run.run_id, state=state_label(state, lang))
         try:
             launcher.resume(run, self.config.workspace.root, self.config.workspace)
         except Exception as err:  # still running, no checkpoint, ...: say so next to the buttons
@@ -366,6 +407,7 @@ class RunsTab:
                 ev(memo.setter(key), comp, None, queue=False).then(live_samples, None, s_out, concurrency_id="samples",
                                                                     **kw)
         self.table.select(_select_row, None, self.run_select)
+        self.log.change(None, None, None, js=LOG_SCROLL_JS)  # in the browser only, when new lines arrived
         msg_in = [self.run_select, self.lang_input]
         plain = {k: v for k, v in kw.items() if k != "trigger_mode"}
         self.stop_btn.click(self.on_stop, msg_in, self.action_msg).then(live_runs, None, r_out, **plain)
@@ -397,3 +439,52 @@ def _select_row(evt: gr.SelectData) -> Any:
 
 
 _EMPTY = MetricTable()
+
+
+def runs_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
+    reg = Registry()
+    radio, store = header(reg, lang, "subtitle_runs")
+    runs = RunsTab(config, reg, radio, lang)
+    nav = gr.Textbox(visible=False, elem_id="nav-url")
+    timer = gr.Timer(config.refresh_s)
+    memo = SessionMemo(session_defaults(lang, runs.run_select.value))
+    r_out, s_out = runs.refresh_outputs(), runs.samples_outputs()
+    kw: dict[str, Any] = {"show_progress": "hidden", "concurrency_limit": 8}
+
+    def live_runs(request: gr.Request) -> list[Any]:
+        return runs.refresh(memo.get(request))
+
+    def live_samples(request: gr.Request) -> list[Any]:
+        return runs.refresh_samples(memo.get(request))
+
+    # one ticking event with no inputs (see app.session)
+    def tick(request: gr.Request) -> list[Any]:
+        m = memo.get(request)
+        return [*runs.refresh(m), *runs.refresh_samples(m)]
+
+    timer.tick(tick, None, [*r_out, *s_out], trigger_mode="once", concurrency_id="tick", **kw)
+    runs.wire_controls(memo, live_runs, live_samples)
+
+    def on_open(request: gr.Request) -> None:  # `runs?run=ID` selects that run
+        rid = request.query_params.get("run", "") if request else ""
+        if rid and find_run(config.runs_dir, rid) is not None:
+            memo.get(request)["run_id"] = rid
+
+    demo.load(on_open, None, None, queue=False).then(tick, None, [*r_out, *s_out], **kw)
+
+    def on_clone(run_id: str | None, lang: str) -> list[Any]:
+        if find_run(config.runs_dir, run_id or "") is None:
+            return [t("no_run", lang), ""]
+        return [gr.skip(), f"./?clone={run_id}"]
+
+    runs.clone_btn.click(on_clone, [runs.run_select, radio], [runs.action_msg, nav], queue=False).then(
+        None, nav, None, js=NAV_JS)
+
+    def on_evaluate(run_id: str | None, lang: str) -> list[Any]:  # the Evaluate page opens on the run
+        if find_run(config.runs_dir, run_id or "") is None:
+            return [t("no_run", lang), ""]
+        return [gr.skip(), f"evaluate?model={run_id}"]
+
+    runs.eval_btn.click(on_evaluate, [runs.run_select, radio], [runs.action_msg, nav], queue=False).then(
+        None, nav, None, js=NAV_JS)
+    wire_language(demo, reg, radio, store, on_change=forget_drawn(memo), then=(tick, [], [*r_out, *s_out]))

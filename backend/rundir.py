@@ -2,7 +2,9 @@
 
 runs/<run_id>/
   spec.yaml        validated RunSpec, frozen at launch
-  status.json      state, pid, process start time, step, total steps, error (written atomically)
+  status.json      state, pid, process start time, step, total steps, error (written atomically);
+                   created_at (the first start; started_at is the current session's), elapsed_s (training
+                   time summed over sessions: a resume carries it on from the checkpoint)
   metrics.jsonl    one JSON object per optimizer step, append-only
   samples.jsonl    logged completions with their rewards
   train.log        the trainer's stdout and stderr
@@ -41,13 +43,14 @@ from backend.spec import RunSpec, save_spec
 
 ACTIVE_STATES = ("starting", "running", "stopping")
 FINAL_STATES = ("stopped", "finished", "failed")
+RESUMABLE_STATES = ("stopped", "failed")  # a finished run has nothing left to train; an active one is running
 BROKEN = "broken"  # what a watcher reads for a status.json that is not a JSON object
 _NUMBER = (int, float)
 # status.json's fields and their types; a field of another type is dropped on read
 STATUS_TYPES: dict[str, type | tuple[type, ...]] = {
     "state": str, "error": str, "preset": str, "base_dir": str, "pid": int, "step": int, "total_steps": int,
     "pid_create_time": _NUMBER, "started_at": _NUMBER, "updated_at": _NUMBER, "reward": _NUMBER, "step_s": _NUMBER,
-    "eta_s": _NUMBER, "elapsed_s": _NUMBER, "warnings": list}
+    "eta_s": _NUMBER, "elapsed_s": _NUMBER, "created_at": _NUMBER, "warnings": list}
 
 
 def _finite(o: Any) -> Any:
@@ -277,11 +280,19 @@ class BestCheckpoint:
 
 
 def list_evals(folder: str | Path) -> list[Path]:
-    """Evaluation folders (those with a status.json) directly under `folder`, newest first."""
+    """Evaluation folders (those with a status.json) under `folder`, newest first: those directly under it,
+    and the members of a comparison folder (`python -m backend.eval.compare --out DIR` writes DIR/0, DIR/1, ...)."""
     root = Path(folder)
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and (p / "status.json").is_file()]
+    found = []
+    for p in root.iterdir():
+        if not p.is_dir():
+            continue
+        if (p / "status.json").is_file():
+            found.append(p)
+        else:
+            found += [m for m in p.iterdir() if m.name.isdigit() and (m / "status.json").is_file()]
     return sorted(found, key=lambda p: (p / "status.json").stat().st_mtime, reverse=True)
 
 
@@ -326,6 +337,18 @@ def new_run_dir(runs_dir: str | Path, name: str) -> RunDir:
             continue
 
 
+def created_at(run_id: str, status: dict[str, Any]) -> float | None:
+    """When a run was first started: its status's created_at, else the time its id names (runs created
+    before created_at was written), else None."""
+    v = status.get("created_at")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    try:
+        return time.mktime(time.strptime(run_id[:15], "%Y%m%d-%H%M%S"))
+    except ValueError:
+        return None
+
+
 def default_run_name(spec: RunSpec, preset: str = "") -> str:
     return spec.output.run_name or preset or Path(spec.model.name_or_path.rstrip("/")).name or "run"
 
@@ -339,7 +362,7 @@ def create_run(spec: RunSpec, base_dir: str | Path = ".", preset: str = "") -> R
     save_spec(spec, run.spec_path)
     # relative paths in the spec (model, data, plugins) resolve against base_dir, also on a later resume
     run.write_status(state="starting", step=0, total_steps=spec.algorithm.max_steps, preset=preset, error="",
-                     base_dir=str(Path(base_dir).resolve()))
+                     base_dir=str(Path(base_dir).resolve()), created_at=time.time())
     return run
 
 

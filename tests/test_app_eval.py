@@ -174,3 +174,91 @@ def test_chat_with_an_image_reaches_a_vision_model(tmp_path: Path) -> None:
     # a text-only model refuses the image in the chat, the page keeps serving
     err = list(tab.on_chat("1+2=", [], [], str(ROOT / "assets/tiny-add"), "", 0.0, 1.0, 6, "", "en", img[0]))[-1][0]
     assert err[-1]["content"].startswith("⚠") and "takes no images" in err[-1]["content"]
+
+
+def _finished_eval(folder: Path, model: str, accuracy: float, answers: list[str]) -> Path:
+    """An evaluation folder as backend.eval writes it (status.json, results.json, samples.jsonl)."""
+    folder.mkdir(parents=True)
+    settings = {"model_label": model, "data_label": "add_test"}
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "done": 2, "total": 2, "settings": settings}))
+    (folder / "results.json").write_text(json.dumps({**settings, "finished_at": 1.7e9,
+                                                     "metrics": {"accuracy": accuracy, "prompts": 2}}))
+    gold = ["2", "4"]
+    (folder / "samples.jsonl").write_text("".join(
+        json.dumps({"index": i, "prompt": f"{i}+{i}=", "solution": gold[i], "completion": a, "correct": a == gold[i],
+                    "reward": float(a == gold[i])}) + "\n" for i, a in enumerate(answers)))
+    return folder
+
+
+def _pair(run_dir: Path) -> tuple[Path, Path]:
+    """What "Base vs this checkpoint" writes: eval/<name>/0 (the base) and /1 (the checkpoint)."""
+    out = run_dir / "eval" / "20260101-000000-studio-compare"
+    return (_finished_eval(out / "0", "base", 0.5, ["2", "5"]),
+            _finished_eval(out / "1", "step-3", 1.0, ["2", "4"]))
+
+
+def test_pair_members_are_listed_and_labelled(tmp_path: Path) -> None:
+    """Issue 29 items 1 and 12: the pair's folders appear in the Compare picker, and the picker names model,
+    data and time, not the folder's timestamp."""
+    from app.eval_view import all_evals, eval_label
+    from app.runlist import format_time
+
+    runs = tmp_path / "runs"
+    run = RunDir(runs / "r1")
+    run.path.mkdir(parents=True)
+    run.spec_path.write_text("{}\n")
+    base, ckpt = _pair(run.path)
+    single = _finished_eval(tmp_path / "evals" / "20260101-000001-studio-eval", "tiny-add", 0.7, ["2", "4"])
+    evals = all_evals(runs, tmp_path / "evals")
+    assert evals == {"r1/20260101-000000-studio-compare/0": base, "r1/20260101-000000-studio-compare/1": ckpt,
+                     "evals/20260101-000001-studio-eval": single}
+    assert eval_label(base, "r1") == f"r1:base · add_test · {format_time(1.7e9)}"
+    assert eval_label(single) == f"tiny-add · add_test · {format_time(1.7e9)}"
+    (tmp_path / "bare").mkdir()
+    assert eval_label(tmp_path / "bare") == "bare"  # no settings: the folder's name
+
+
+def test_pair_results_read_as_a_comparison() -> None:
+    from app.eval_view import comparison_table, results_table
+
+    table = results_table([("r1:base", {"metrics": {"accuracy": 0.446}}), ("r1:step-3", {"metrics": {"accuracy": 0.692}})])
+    assert table["headers"] == ["metric", "r1:base", "r1:step-3", "Δ r1:step-3 − r1:base"]
+    assert table["data"][0][0] == "accuracy" and table["data"][0][3] == pytest.approx(0.246)
+    cmp = Comparison(["a", "b"], ["accuracy"], [["a", 0.5], ["b", 0.75]], [], [[], []])
+    assert comparison_table(cmp)["data"][-1] == ["Δ b − a", 0.25]
+
+
+def test_page_opens_the_pair_as_a_comparison_and_refreshes_models(tmp_path: Path) -> None:
+    """The tick: a finished pair fills the Results panel with both models labelled and the difference, and
+    opens in the Compare picker; a run created after the page was built shows up in the model lists; the empty
+    tables are hidden (no placeholder headers "1 2 3")."""
+    import gradio as gr
+
+    from app.config import StudioConfig
+    from app.eval_tab import EvalTab
+    from app.fields import Registry
+    from app.session import SessionMemo
+
+    config = StudioConfig.create(tmp_path, tmp_path / "runs")
+    with gr.Blocks():
+        tab = EvalTab(config, Registry(), None)
+    assert tab.results.visible is False and tab.cmp_table.visible is False
+    run = RunDir(config.runs_dir / "r1")
+    run.path.mkdir(parents=True)
+    run.spec_path.write_text("{}\n")
+    base, ckpt = _pair(run.path)
+    tab.memo = SessionMemo({"lang": "en", "eval_out": None, "eval_sess": {}, "cmp_sel": []})
+    m = tab.memo.get(None)
+    m.update(eval_out=str(base), pair=[str(base), str(ckpt)], pair_shown=False)
+    out = dict(zip(["progress", "results", "cmp", "model", "chat_a", "chat_b", "export"], tab.tick(m), strict=True))
+    assert m["eval_out"] == str(ckpt)  # the base finished: the page follows the checkpoint
+    assert out["results"]["visible"] and out["results"]["value"]["headers"][1:] == ["base", "step-3", "Δ step-3 − base"]
+    assert out["cmp"]["value"] == ["r1/20260101-000000-studio-compare/0", "r1/20260101-000000-studio-compare/1"]
+    assert {label.rsplit(" · ", 1)[0] for label, _ in out["cmp"]["choices"]} == {"r1:base · add_test",
+                                                                                 "r1:step-3 · add_test"}
+    assert "r1" in out["model"]["choices"] and "r1" in out["chat_b"]["choices"]
+    shown = tab.on_compare(out["cmp"]["value"], "base_wrong_other_right", "en")
+    assert shown[1]["visible"] and shown[1]["value"]["data"][-1][0].startswith("Δ")
+    assert "1 of 2 prompts shown" in shown[0]
+    again = tab.tick(m)
+    assert all(o == gr.skip() for o in again[1:])  # nothing new: nothing sent

@@ -200,3 +200,15 @@ def test_telemetry_chart_draws_the_peak_of_each_phase():
                       "system/peak_gpu_gb/train": 3.0} for s in (1, 2)])
     tele = [tr["name"] for tr in build_dashboard(t, {})["telemetry"].data]
     assert {"peak GB rollout", "peak GB train", "GPU peak GB train", "RAM GB"} <= set(tele)
+
+
+@pytest.mark.parametrize("n", [3, 40])
+def test_step_axis_ticks_are_whole_steps(n):
+    """Issue 29 item 10: a short run's step axis showed ticks like 1.5; step ticks are whole numbers."""
+    table = MetricTable(rows(n))
+    xaxis = reward_figure(table, "reward").to_plotly_json()["layout"]["xaxis"]
+    assert xaxis["tickformat"] == "d"
+    if n < 10:  # a few steps: one tick per step, not Plotly's halves
+        assert xaxis["dtick"] == 1
+    elapsed = reward_figure(table, "reward", x_mode="elapsed").to_plotly_json()["layout"]["xaxis"]
+    assert "dtick" not in elapsed and elapsed.get("tickformat") != "d"  # hours stay fractional

@@ -146,8 +146,8 @@ def test_refresh_outputs_skip_unchanged(tmp_path):
 
     from app.compare_tab import CompareTab
     from app.fields import Registry
+    from app.page import session_defaults
     from app.runs_tab import RunsTab
-    from app.studio import session_defaults
 
     config = StudioConfig.create(tmp_path, tmp_path / "runs")
     rid = "20260101-000000-a-0001"
@@ -166,7 +166,7 @@ def test_refresh_outputs_skip_unchanged(tmp_path):
     m["panels"] = ["more", "log"]
     out3 = tab.refresh(m)
     assert len([f for f in out3[5:] if hasattr(f, "to_json")]) == 5  # opened: drawn once
-    assert isinstance(out3[4], str)  # the log tail
+    assert isinstance(out3[tab.refresh_outputs().index(tab.log)], str)  # the log tail
     m["x_mode"] = "elapsed"
     assert len([f for f in tab.refresh(m)[5:] if hasattr(f, "to_json")]) == 9  # a view change redraws at once
 
@@ -227,3 +227,64 @@ def test_progress_html_shows_failures_prominently(tmp_path):
     assert "运行失败" in zh and "失败" in zh
     ok = progress_html(run_info(make_run(tmp_path, "ok", "running", pid=os.getpid())), 123.0, "en")
     assert "run-error" not in ok and "123 tokens/s" in ok and "ETA" in ok
+
+
+def test_controls_follow_the_run_state():
+    """Issue 29 items 4 and 8: Resume only for stopped or failed runs, Stop only while a run is active."""
+    from app.runlist import controls
+
+    for state in ("stopped", "failed"):
+        assert controls(state).resume and not controls(state).stop
+    for state in ("starting", "running"):
+        assert controls(state).stop and not controls(state).resume and controls(state).stop_key == "stop"
+    assert controls("stopping").stop_key == "force_kill"
+    assert not controls("finished").resume and not controls("finished").stop
+    assert not controls(None).resume and not controls(None).stop
+
+
+def test_first_start_and_training_time_survive_a_resume(tmp_path):
+    """Issue 29 item 4: after a resume the table keeps the first start time and the training time summed over
+    sessions (status elapsed_s), not the new session's start and its few seconds."""
+    from app.runlist import format_time
+    from backend.rundir import created_at
+
+    run = make_run(tmp_path, "20260101-000000-a-0001", "finished")
+    first = time.time() - 3600
+    run.write_status(created_at=first, started_at=time.time() - 12, elapsed_s=148.0)  # the resumed session
+    info = run_info(run)
+    assert info.row()[5] == format_time(first)
+    assert info.row()[6] == "2m 28s"
+    # a run written before created_at existed: the time its id names
+    assert created_at("20260101-000000-a-0001", {}) == time.mktime((2026, 1, 1, 0, 0, 0, 0, 0, -1))
+    assert created_at("odd-name", {}) is None
+
+
+def test_refresh_greys_resume_and_clears_the_kill_hint(tmp_path):
+    """The tick's controls: a finished run offers neither Stop nor Resume and says why; when the selected run
+    leaves the active states the 'Click again to kill it now' message is cleared."""
+    import gradio as gr
+
+    from app.fields import Registry
+    from app.page import session_defaults
+    from app.runs_tab import RunsTab
+
+    config = StudioConfig.create(tmp_path, tmp_path / "runs")
+    run = make_run(config.runs_dir, "20260101-000000-a-0001", "stopping", pid=os.getpid())
+    with gr.Blocks():
+        tab = RunsTab(config, Registry(), gr.State("en"))
+    assert tab.stop_btn.interactive and not tab.resume_btn.interactive  # the page as first drawn
+    names = ["table", "select", "progress", "stop", "resume", "hint", "msg"]
+    m = session_defaults("en", None)
+    out = dict(zip(names, tab.refresh(m), strict=False))
+    assert out["stop"]["value"] == "Force kill" and out["stop"]["interactive"] and not out["resume"]["interactive"]
+    assert "stopping" in out["hint"]
+    run.write_status(state="stopped")
+    out = dict(zip(names, tab.refresh(m), strict=False))
+    assert not out["stop"]["interactive"] and out["resume"]["interactive"] and out["hint"] == ""
+    assert out["msg"] == ""  # the stop message spoke of a run that has now stopped
+    out = dict(zip(names, tab.refresh(m), strict=False))
+    assert out["msg"] == gr.skip() and out["stop"] == gr.skip()  # nothing changed: nothing sent
+    run.write_status(state="finished")
+    out = dict(zip(names, tab.refresh(m), strict=False))
+    assert not out["resume"]["interactive"] and "finished" in out["hint"]
+    assert "finished" in tab.on_resume(run.run_id, "en")  # a click from a stale page is refused, saying why

@@ -175,7 +175,50 @@ def test_build_start_watch_stop(env):
     expect(page.locator("#run-action-msg")).to_contain_text(re.compile("Stopping|not running"), timeout=15_000)
     expect(page.locator("#run-state")).to_have_text("stopped", timeout=90_000)
     expect(page.locator("#runs-table")).to_contain_text("stopped")
+    # the controls follow the state (issue 29, items 4 and 8): a stopped run resumes, it cannot be stopped again,
+    # and the "click again to kill" message is gone
+    expect(page.locator("#stop-btn")).to_be_disabled()
+    expect(page.locator("#resume-btn")).to_be_enabled()
+    expect(page.locator("#run-action-msg")).not_to_contain_text("Click again")
+    # item 10: a short run's step axis has whole-step ticks; the log tail shows its newest line
+    ticks = page.eval_on_selector_all("#chart-reward .xtick text", "els => els.map(e => e.textContent)")
+    assert ticks and all(re.fullmatch(r"\d+", t) for t in ticks), ticks
+    page.locator("#log-acc").get_by_text("Log (tail").first.click()
+    page.wait_for_function("""(() => { const t = document.querySelector('#log-tail textarea');
+        return t && t.value.length > 0 && t.scrollHeight > t.clientHeight + 20
+          && t.scrollTop + t.clientHeight >= t.scrollHeight - 4; })()""", timeout=30_000)
     page.screenshot(path=str(ARTIFACTS / "04-runs-stopped.png"), full_page=True)
+    page.close()
+
+
+def test_finished_run_controls_times_and_evaluate_link(env):
+    """Issue 29: a finished run offers neither Stop nor Resume and says why; a resumed run's row keeps its first
+    start and its training time over sessions; "Evaluate this run" opens the Evaluate page on it, whose model
+    list has the run although it was made after the page's studio started, and whose empty tables are hidden."""
+    from backend.rundir import RunDir
+
+    run = RunDir(env["runs"] / "20000101-000000-done-0000")  # oldest id: never the default selection
+    run.path.mkdir(parents=True)
+    run.spec_path.write_text((ROOT / "presets" / "tiny-cpu.yaml").read_text())
+    first = time.time() - 3600
+    run.write_status(state="finished", step=60, total_steps=60, preset="tiny-cpu", created_at=first,
+                     started_at=time.time() - 12, elapsed_s=148.0)  # a second session of 12 s
+    page = new_page(env["browser"], env["studio"].url + f"runs?run={run.run_id}", "#runs-table")
+    expect(page.locator("#run-select input")).to_have_value(run.run_id, timeout=30_000)
+    expect(page.locator("#resume-btn")).to_be_disabled()
+    expect(page.locator("#stop-btn")).to_be_disabled()
+    expect(page.locator("#run-controls-hint")).to_contain_text("finished")
+    table = page.locator("#runs-table")
+    expect(table).to_contain_text("2m 28s")  # not the second session's 12 s
+    expect(table).to_contain_text(time.strftime("%Y-%m-%d %H:%M", time.localtime(first)))
+    page.locator("#evaluate-run-btn").click()
+    page.wait_for_url(re.compile(r"/evaluate\?model="), timeout=30_000)
+    expect(page.locator("#eval-model input")).to_have_value(run.run_id, timeout=30_000)
+    expect(page.locator("#eval-results")).to_be_hidden()
+    expect(page.locator("#cmp-metrics")).to_be_hidden()
+    page.locator("#chat-acc").get_by_text("Chat").first.click()
+    page.locator("#chat-model-a input").first.click()
+    expect(page.locator("#chat-model-a [role=option]", has_text=f"{run.run_id}:base")).to_have_count(1)
     page.close()
 
 
@@ -412,4 +455,28 @@ def test_evaluate_page_runs_compares_and_chats(env):
     page.wait_for_function("document.querySelectorAll('#chat-a .message-row, #chat-a [data-testid=\"bot\"]').length >= 2",
                            timeout=60_000)
     page.screenshot(path=str(ARTIFACTS / "10-eval-chat.png"), full_page=False)
+    page.close()
+
+
+def test_base_vs_checkpoint_opens_as_a_comparison(env):
+    """Issue 29 item 1: the pair's Results name both models and their difference; the pair opens in Compare,
+    named by run, checkpoint and data, with its filters working."""
+    run_id = env["state"].get("run_id")
+    if not run_id:
+        pytest.skip("the start test did not create a run")
+    page = new_page(env["browser"], env["studio"].url + f"evaluate?model={run_id}", "#eval-start")
+    expect(page.locator("#eval-model input")).to_have_value(run_id, timeout=30_000)
+    _choose(page, "eval-data", "assets/data/add_test.jsonl")
+    page.locator("#eval-rewards input, #eval-rewards textarea").first.fill("exact_match")
+    page.locator("#eval-k input, #eval-k textarea").first.fill("1")
+    page.locator("#eval-pair").click()
+    expect(page.locator("#eval-message")).to_contain_text("Started", timeout=30_000)
+    results = page.locator("#eval-results")
+    expect(results).to_contain_text("Δ", timeout=240_000)
+    expect(results).to_contain_text("base")
+    expect(page.locator("#cmp-metrics")).to_contain_text("Δ", timeout=60_000)
+    expect(page.locator("#cmp-evals")).to_contain_text(f"{run_id}:base · add_test")
+    page.locator("#cmp-filter label", has_text="base wrong, trained right").click()
+    expect(page.locator("#cmp-msg")).to_contain_text("of 500 prompts shown")
+    page.screenshot(path=str(ARTIFACTS / "11-eval-pair.png"), full_page=True)
     page.close()
