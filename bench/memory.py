@@ -102,7 +102,7 @@ def child(trainer: str, model: Path, tokens: int, steps: int, overrides: list[st
         ends, cpu = clock.times[1:], clock.cpu[1:]
     # our trainer resets the high-water mark at each phase (which getrusage reads too): the peak is the largest
     # phase's, and the parent's polling of the RSS checks it from outside (measure)
-    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, *(gb * GB for gb in phases.values()))
+    peak = max([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, *(gb * GB for gb in phases.values())])
     per_step = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else float("nan")
     cpu_per_step = (cpu[-1] - cpu[0]) / (len(cpu) - 1) if len(cpu) > 1 else float("nan")
     print(json.dumps({"peak": peak, "floor": floor, "s_per_step": per_step, "cpu_s_per_step": cpu_per_step,
