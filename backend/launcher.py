@@ -59,7 +59,10 @@ def resume(run: RunDir, base_dir: str | Path = ".", workspace: Workspace | None 
         raise RuntimeError(f"run {run.run_id} is still {st['state']}")
     ws = workspace or resume_workspace(run, base_dir)
     check_resume(run, ws)
-    run.write_status(state="starting", error="", base_dir=str(ws.root))  # where its relative paths were checked
+    try:  # the trainer's own message about a full disk would go to train.log, on that disk: say it here
+        run.write_status(state="starting", error="", base_dir=str(ws.root))  # where its relative paths were checked
+    except OSError as err:
+        raise RuntimeError(f"cannot resume: {(err.strerror or str(err)).lower()} in {run.path}") from None
     _spawn(["--run-dir", str(run.path.resolve()), "--resumed"], run, ws.root)
     return run
 

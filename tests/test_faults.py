@@ -447,3 +447,22 @@ def test_a_studio_resume_writes_each_log_line_once(tmp_path: Path) -> None:
     assert r.returncode == 0, text[-3000:]
     assert text.count("training 3 steps") == 1 and text.count("finished 3 steps") == 1, text[-3000:]
     assert not orphan.exists()  # removed at the next start
+
+
+def test_a_studio_resume_on_a_full_disk_says_so_in_the_page(tmp_path: Path, monkeypatch) -> None:
+    """launcher.resume (the studio's Resume) on a full disk: the message reaches the page, not train.log on that
+    disk, and nothing is spawned."""
+    from backend import launcher
+
+    run, _ = train(tmp_path, "algorithm.max_steps=1")
+    run.write_status(state="stopped")
+    spawned: list[list[str]] = []
+    monkeypatch.setattr(launcher, "_spawn", lambda args, *a: spawned.append(args))
+
+    def full(self: RunDir, **fields) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(RunDir, "write_status", full)
+    with pytest.raises(RuntimeError, match=f"cannot resume: no space left on device in {run.path}"):
+        launcher.resume(run, ROOT)
+    assert spawned == []
