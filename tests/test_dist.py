@@ -206,7 +206,8 @@ def test_deepspeed_two_ranks_resume_one_rank_checkpoint_and_match(one_rank: RunD
     spec["resources"].update(nproc_per_node=2, deepspeed_stage=stage)
     run.spec_path.write_text(yaml.safe_dump(spec))
     run.write_status(state="stopped")
-    proc = cli("--resume", str(run.path))
+    # the copied run's spec names the reference run's runs folder, outside the working directory: allowed by name
+    proc = cli("--resume", str(run.path), "--allow-path", str(one_rank.path.parent))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert run.read_status()["state"] == "finished"
     assert [r["step"] for r in read_jsonl(run.metrics_path)[0]] == [1, 2, 3, 4]
