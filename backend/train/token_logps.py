@@ -58,14 +58,17 @@ class _ChunkedTokenLogps(torch.autograd.Function):
             h = hidden[s:s + chunk]
             with torch.autocast(*ctx.amp) if ctx.amp else contextlib.nullcontext():
                 z = _logits(h, weight, bias, T)
-            logp = z - lse[s:s + chunk, None]
-            p = logp.exp()
+            # in place on the recomputed slice: each [chunk x vocabulary] temporary is a pass over memory
+            logp = z.sub_(lse[s:s + chunk, None])
+            p = logp.exp() if with_ent else logp.exp_()
             # d logp_target / dz = onehot - p
-            dz = p * -g_logps[s:s + chunk, None]
+            dz = p.mul_(-g_logps[s:s + chunk, None])
             dz.scatter_add_(-1, targets[s:s + chunk, None], g_logps[s:s + chunk, None].to(dz.dtype))
-            if with_ent:  # H = -sum p log p: dH/dz = -p (log p + H)
-                dz -= p * (logp + ent[s:s + chunk, None]) * g_ent[s:s + chunk, None]
-            dz /= T  # z = logits / T
+            if with_ent:  # H = -sum p log p: dH/dz = -p (log p + H); p is dz / -g here, so recompute it
+                q = logp.exp()
+                dz -= q.mul_(logp.add_(ent[s:s + chunk, None])).mul_(g_ent[s:s + chunk, None])
+            if T != 1.0:
+                dz /= T  # z = logits / T
             if g_h is not None:
                 g_h[s:s + chunk] = (dz @ weight.to(dz.dtype)).to(hidden.dtype)
             if g_w is not None:
