@@ -31,6 +31,7 @@ from backend.data import (
     SUPPORTED_DATA_SUFFIXES,
     LongPrompt,
     describe_kind,
+    is_hub_dataset,
     is_hub_id,
     prompt_kinds,
     render_prompt,
@@ -230,8 +231,8 @@ def _check_data(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
             except ValueError as err:
                 issues.append(SpecIssue(fld, f"{src}: {err}"))
                 continue
-            if is_hub_id(path, base):
-                continue  # hub datasets are checked when loaded
+            if is_hub_dataset(path, base):
+                continue  # hub datasets are checked when loaded (and refused offline: check_machine)
             p = _local(base, path)
             if not p.exists():
                 issues.append(SpecIssue(fld, f"no such file or directory: {path}"))
@@ -560,6 +561,16 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".",
                                                       "reached from this machine (nor is it in the local hub cache)"))
     elif m and not is_hub_id(m, base_dir):
         issues += _architecture_issues(spec, m, _local(Path(base_dir), m))
+    if not machine.hub_reachable:  # as for models: a hub dataset cannot load here, so say it before launch
+        for fld, sources in (("data.sources", spec.data.sources), ("data.eval_sources", spec.data.eval_sources)):
+            for src in sources:
+                try:
+                    path, _ = split_source(src)
+                except ValueError:
+                    continue  # a bad '#N' is check_spec's to report
+                if is_hub_dataset(path, base_dir) and not _hub_dataset_cached(path):
+                    issues.append(SpecIssue(fld, f"{path!r} is not a local file or folder, and the hub cannot be "
+                                                 "reached from this machine to load it as a dataset"))
     if r.worker_urls:
         pass  # the workers' machines hold the engine; the trainer checks each one's health when it connects
     elif r.worker_python:
@@ -616,6 +627,17 @@ def _architecture_issues(spec: RunSpec, name: str, path: Path) -> list[SpecIssue
                                                   "set model.trust_remote_code to run it")]
     return [SpecIssue("model.name_or_path", f"{name}: model_type {kind!r} is not an architecture the installed "
                                             "transformers knows")]
+
+
+def _hub_dataset_cached(repo_id: str) -> bool:
+    """Whether a hub dataset is in the local hub cache (its snapshot folder), so it loads without the hub."""
+    try:
+        from huggingface_hub import constants
+
+        folder = Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}" / "snapshots"
+        return folder.is_dir() and any(folder.iterdir())
+    except Exception:
+        return False
 
 
 def _vllm_media_issues(spec: RunSpec, python: str) -> list[SpecIssue]:

@@ -50,6 +50,12 @@ def is_hub_id(ref: str, base_dir: str | Path = ".") -> bool:
     return not (base / ref.split("/")[0]).exists()
 
 
+def is_hub_dataset(ref: str, base_dir: str | Path = ".") -> bool:
+    """A data source that names a hub dataset: a hub id (is_hub_id) without a data file's extension; a missing
+    'data/train.jsonl' is a missing local file, never a hub id (the hub would be asked for it and fail late)."""
+    return is_hub_id(ref, base_dir) and Path(ref).suffix.lower() not in SUPPORTED_DATA_SUFFIXES
+
+
 class DataError(ValueError):
     pass
 
@@ -294,7 +300,7 @@ def load_source(ref: str, base_dir: Path, seed: int):
 
     path_str, count = split_source(ref)
     try:
-        if is_hub_id(path_str, base_dir):
+        if is_hub_dataset(path_str, base_dir):
             ds = load_dataset(path_str, split="train")
         else:
             p = Path(path_str) if Path(path_str).is_absolute() else base_dir / path_str

@@ -29,6 +29,11 @@ CASES = [
                  "tests/data/no_prompt_row2.jsonl line 2: no 'prompt' column", id="row-without-prompt"),
     pytest.param(["model.name_or_path=some-org/some-model"], "model.name_or_path",
                  "not a local model directory, and the hub cannot be reached", id="hub-model-offline"),
+    # a missing file shaped like org/name.jsonl was taken for a hub dataset and failed 31 s into the run (issue 29)
+    pytest.param(["data.sources=[data/does_not_exist.jsonl]"], "data.sources",
+                 "no such file or directory: data/does_not_exist.jsonl", id="missing-local-data-file"),
+    pytest.param(["data.sources=[some-org/some-dataset]"], "data.sources",
+                 "not a local file or folder, and the hub cannot be reached", id="hub-dataset-offline"),
     pytest.param(["data.sources=[tests/data/no_solution.jsonl]", "rewards.functions=[{name: length}]"],
                  "data.solution_column",
                  "column 'solution' not in tests/data/no_solution.jsonl, which reward length needs", id="reward-needs-column"),
