@@ -568,7 +568,7 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".",
                     path, _ = split_source(src)
                 except ValueError:
                     continue  # a bad '#N' is check_spec's to report
-                if is_hub_dataset(path, base_dir) and not _hub_dataset_cached(path):
+                if is_hub_dataset(path, base_dir) and not hub_cached(path, "dataset"):
                     issues.append(SpecIssue(fld, f"{path!r} is not a local file or folder, and the hub cannot be "
                                                  "reached from this machine to load it as a dataset"))
     if r.worker_urls:
@@ -627,17 +627,6 @@ def _architecture_issues(spec: RunSpec, name: str, path: Path) -> list[SpecIssue
                                                   "set model.trust_remote_code to run it")]
     return [SpecIssue("model.name_or_path", f"{name}: model_type {kind!r} is not an architecture the installed "
                                             "transformers knows")]
-
-
-def _hub_dataset_cached(repo_id: str) -> bool:
-    """Whether a hub dataset is in the local hub cache (its snapshot folder), so it loads without the hub."""
-    try:
-        from huggingface_hub import constants
-
-        folder = Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}" / "snapshots"
-        return folder.is_dir() and any(folder.iterdir())
-    except Exception:
-        return False
 
 
 def _vllm_media_issues(spec: RunSpec, python: str) -> list[SpecIssue]:

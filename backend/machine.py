@@ -153,12 +153,18 @@ def hub_reachable() -> bool:
         return False
 
 
-def hub_cached(repo_id: str) -> bool:
-    """Whether a hub model is in the local hub cache (its config.json), so it loads without the hub."""
+def hub_cached(repo_id: str, repo_type: str = "model") -> bool:
+    """Whether a hub model (its config.json) or dataset (a snapshot) is in the local hub cache, so it loads
+    without the hub."""
     try:
-        from huggingface_hub import try_to_load_from_cache
+        if repo_type == "model":
+            from huggingface_hub import try_to_load_from_cache
 
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+            return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+        from huggingface_hub import constants
+
+        snapshots = Path(constants.HF_HUB_CACHE) / f"{repo_type}s--{repo_id.replace('/', '--')}" / "snapshots"
+        return snapshots.is_dir() and any(snapshots.iterdir())
     except Exception:
         return False
 
