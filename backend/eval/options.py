@@ -176,7 +176,7 @@ def parse_value(f: Field[Any], raw: Any) -> Any:
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return default(f)
     try:
-        if kind in ("int",):
+        if kind == "int":
             x = float(raw)
             if not x.is_integer():
                 raise ValueError
