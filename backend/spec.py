@@ -196,6 +196,47 @@ class RewardsSection(Section):
                               "单个奖励函数每批次的超时时间（秒）。", advanced=True))
 
 
+class ToolsSection(Section):
+    """Agentic rollouts (docs/agent.md): tools or an environment answer the model between its turns."""
+
+    functions: list[str] = Field(
+        [], description="Tools the model may call: built-ins (python: run code in the sandbox) or functions "
+                        "defined in the tool files. Empty, with no environment, is a single-turn run.",
+        json_schema_extra=_ui("Tools", "工具",
+                              "模型可以调用的工具：内置工具（python：在沙箱中运行代码）或工具文件中定义的函数。"
+                              "为空且没有环境时为单轮训练。"))
+    files: list[str] = Field(
+        [], description="Python files defining the tools (functions with type hints and a docstring) or the "
+                        "environment class.",
+        json_schema_extra=_ui("Tool files", "工具文件",
+                              "定义工具（带类型注解和文档字符串的函数）或环境类的 Python 文件。"))
+    environment: str = Field(
+        "", description="Name of an environment class in the tool files (reset(row), step(message)); empty = "
+                        "the tools above answer the model's tool calls.",
+        json_schema_extra=_ui("Environment class", "环境类",
+                              "工具文件中环境类的名称（reset(row)、step(message)）；为空时由上面的工具响应模型的工具调用。"))
+    parser: Literal["auto", "hermes", "llama3"] = Field(
+        "auto", description="Tool-call format: auto (from the model's chat template), hermes "
+                            "(<tool_call>{json}</tool_call>, Qwen), llama3 (a bare JSON object).",
+        json_schema_extra=_ui("Tool-call format", "工具调用格式",
+                              "工具调用格式：auto（根据模型的对话模板）、hermes（<tool_call>{json}</tool_call>，Qwen）、"
+                              "llama3（单独的 JSON 对象）。", advanced=True))
+    timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="Timeout of one tool call or environment step (seconds); a call that "
+                                         "passes it is a tool error returned to the model.",
+        json_schema_extra=_ui("Tool timeout (s)", "工具超时（秒）",
+                              "单次工具调用或环境步骤的超时时间（秒）；超时的调用作为工具错误返回给模型。", advanced=True))
+    max_result_chars: int = Field(
+        2000, ge=16, le=1_000_000, description="A tool result or observation longer than this is cut (and says so).",
+        json_schema_extra=_ui("Max tool result chars", "工具结果最大字符数",
+                              "超过此长度的工具结果或观察会被截断（并注明）。", advanced=True))
+
+    @property
+    def enabled(self) -> bool:
+        """Rollouts are episodes (tools or an environment answer the model)."""
+        return bool(self.functions or self.environment)
+
+
 class RolloutSection(Section):
     engine: Literal["hf", "vllm", "lmdeploy"] = Field(
         "hf", description="Sampling engine: hf (transformers, CPU or GPU), vllm, lmdeploy (GPU).",
@@ -222,6 +263,12 @@ class RolloutSection(Section):
     max_completion_length: int = Field(
         8, ge=1, le=131072, description="Maximum new tokens per completion.",
         json_schema_extra=_ui("Max completion tokens", "最大生成长度", "每个回答最多生成的 token 数。"))
+    max_turns: int = Field(
+        5, ge=1, le=100, description="Most assistant turns in an episode, with tools or an environment (TRL's "
+                                     "max_tool_calling_iterations + 1); single-turn runs have one.",
+        json_schema_extra=_ui("Max turns", "最大轮数",
+                              "使用工具或环境时，每个回合中助手最多的轮数（TRL 的 max_tool_calling_iterations + 1）；"
+                              "单轮训练只有一轮。"))
     async_generation: bool = Field(
         False, description="Sample the next batches with the newest weights the engine has while training on this one "
                            "(off-policy by at most max_staleness updates).",
@@ -611,6 +658,7 @@ class RunSpec(Section):
     model: ModelSection = ModelSection()
     data: DataSection = DataSection()
     rewards: RewardsSection = RewardsSection()
+    tools: ToolsSection = ToolsSection()
     rollout: RolloutSection = RolloutSection()
     resources: ResourcesSection = ResourcesSection()
     algorithm: AlgorithmSection = AlgorithmSection()
