@@ -19,7 +19,7 @@ from app.locales import t
 from app.model_info import model_summary
 from app.page import NAV_JS, header, wire_language
 from app.runlist import find_run
-from app.sections import BuildContext, algorithm, data, model, output, resources, rewards, rollout
+from app.sections import BuildContext, algorithm, data, model, output, resources, rewards, rollout, tools
 from backend import launcher
 from backend.importers import import_any
 from backend.machine import Machine
@@ -27,7 +27,7 @@ from backend.plan import plan
 from backend.spec import RunSpec, SpecError, SpecIssue, load_spec
 
 SECTIONS = (("model", "sec_model", model), ("data", "sec_data", data), ("rewards", "sec_rewards", rewards),
-            ("rollout", "sec_rollout", rollout), ("resources", "sec_resources", resources),
+            ("rollout", "sec_rollout", rollout), ("tools", "sec_tools", tools), ("resources", "sec_resources", resources),
             ("algorithm", "sec_algorithm", algorithm), ("output", "sec_output", output))
 
 
@@ -137,8 +137,8 @@ class BuildTab:
         self.form.preset, self.form.message = self.preset, self.message
 
         ctx = BuildContext(config, self.form, reg, values, lang, lang_input)
-        for _, key, module in SECTIONS:
-            with gr.Accordion(t(key, lang), open=True, elem_classes=["gs-section"]) as sec:
+        for name, key, module in SECTIONS:
+            with gr.Accordion(t(key, lang), open=True, elem_classes=["gs-section"], elem_id=f"sec-{name}") as sec:
                 reg.label(sec, key)
                 module.build(ctx)
 

@@ -112,9 +112,13 @@ class FormUI:
 
 
 def section_fields(section: str, form: FormUI, reg: Registry, values: dict[str, Any], lang: str,
-                   skip: tuple[str, ...] = (), per_row: int = 3) -> None:
-    """Lay out a section's fields: basic ones in rows, advanced ones in a collapsed accordion."""
+                   skip: tuple[str, ...] = (), per_row: int = 3, extra: tuple[str, ...] = ()) -> None:
+    """Lay out a section's fields: basic ones in rows, advanced ones in a collapsed accordion.
+
+    `extra` places fields of another RunSpec section here (that section's own call must `skip` them: a field
+    has one widget); they follow the section's own fields in declaration order."""
     docs = [f for f in fields() if f.path.startswith(section + ".") and f.path not in skip]
+    docs += [f for f in fields() if f.path in extra and f.path not in skip]
 
     def place(group: list[FieldDoc]) -> None:
         row: list[FieldDoc] = []
