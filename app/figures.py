@@ -296,7 +296,10 @@ class Series:
 
 
 def line_figure(table: MetricTable, title: str, series: Sequence[Series], x_mode: str = "step",
-                smoothing: float = 0.0, y2_title: str = "", empty_message: str = "no data yet") -> Figure:
+                smoothing: float = 0.0, y2_title: str = "", empty_message: str = "no data yet",
+                names: dict[str, str] | None = None) -> Figure:
+    """One line per series the table has; `names` (metric key -> legend name, e.g. in the page's language)
+    overrides a series' own name."""
     present = [s for s in series if table.has(s.key)]
     if not present:
         return empty_figure(title, empty_message)
@@ -304,7 +307,8 @@ def line_figure(table: MetricTable, title: str, series: Sequence[Series], x_mode
     fig = Figure()
     for i, s in enumerate(present):
         xs, ys = prepare(x, table.get(s.key), smoothing)
-        fig.add_trace(_line(xs, ys, s.name or s.key, PALETTE[i % len(PALETTE)], dash=s.dash, secondary=s.secondary))
+        name = (names or {}).get(s.key) or s.name or s.key
+        fig.add_trace(_line(xs, ys, name, PALETTE[i % len(PALETTE)], dash=s.dash, secondary=s.secondary))
     return _layout(fig, title, x_mode, any(s.secondary for s in present), y2_title)
 
 
@@ -359,16 +363,17 @@ def _eval_traces(fig: Figure, table: MetricTable, x: np.ndarray, best: Any = Non
 
 
 def timing_figure(table: MetricTable, title: str, x_mode: str = "step", smoothing: float = 0.0,
-                  empty_message: str = "no data yet") -> Figure:
+                  empty_message: str = "no data yet", names: dict[str, str] | None = None) -> Figure:
     """Seconds per step split into phases, stacked (the step total as a line when the phases miss some time).
 
     The training phase is split into forward+backward and optimizer when the run logs both (runs before the
-    split only have timing/train_s, which is then shown whole)."""
+    split only have timing/train_s, which is then shown whole). An agentic run's timing/tools_s (tools and
+    environment steps, docs/agent.md) is spent inside the rollout, so it is a dotted line, not a stacked phase."""
     train = ["timing/forward_backward_s", "timing/optimizer_s"]
     if not all(table.has(k) for k in train):
         train = ["timing/train_s"]
     phases = [k for k in ("timing/rollout_s", "timing/reward_s", *train, "timing/weight_sync_s") if table.has(k)]
-    if not phases and not table.has("timing/step_s"):
+    if not phases and not table.has("timing/step_s") and not table.has("timing/tools_s"):
         return empty_figure(title, empty_message)
     x = x_values(table, x_mode)
     fig = Figure()
@@ -378,6 +383,10 @@ def timing_figure(table: MetricTable, title: str, x_mode: str = "step", smoothin
     if table.has("timing/step_s"):
         xs, ys = prepare(x, table.get("timing/step_s"), smoothing)
         fig.add_trace(_line(xs, ys, "step", "#111827", 1.0, "dot"))
+    if table.has("timing/tools_s"):
+        xs, ys = prepare(x, table.get("timing/tools_s"), smoothing)
+        fig.add_trace(_line(xs, ys, (names or {}).get("timing/tools_s") or "tools (within rollout)",
+                            PALETTE[len(phases) % len(PALETTE)], 1.3, "dot"))
     _layout(fig, title, x_mode)
     fig.layout["yaxis"]["title"] = {"text": "s"}
     return fig
@@ -420,19 +429,32 @@ def dashboard_series(table: MetricTable) -> dict[str, list[Series]]:
                       *[Series(k, k.split("/")[1].replace("_util", " util %"), secondary=True)
                         for k in _gpu_keys(table, "_util")]],
         "eval": [Series(k) for k in table.keys_like("eval/")],
+        "tools": list(TOOL_SERIES),
     }
 
 
-CHART_IDS = ("reward", "reward_spread", "lengths", "policy", "optim", "timing", "throughput", "telemetry", "eval")
+# an agentic run's episodes (docs/agent.md): counts on the left axis, rates (0..1) on the right
+TOOL_SERIES = (Series("tools/call_frequency", "tool calls / episode"), Series("episode/turns_mean", "turns / episode"),
+               Series("tools/failure_frequency", "failed calls / calls", secondary=True, dash="dot"),
+               Series("episode/cut_frequency", "episodes cut", secondary=True, dash="dot"))
+
+CHART_IDS = ("reward", "reward_spread", "lengths", "policy", "optim", "timing", "throughput", "telemetry", "eval",
+             "tools")
 _Y2 = {"reward_spread": "frac zero std", "lengths": "clipped", "policy": "clipped / masked", "optim": "lr",
-       "throughput": "staleness", "telemetry": "%"}
+       "throughput": "staleness", "telemetry": "%", "tools": "rate"}
+
+
+def has_tool_metrics(table: MetricTable) -> bool:
+    """The run logs episode metrics (an agentic run): the Tools chart is shown only then."""
+    return any(table.has(s.key) for s in TOOL_SERIES)
 
 
 def build_dashboard(table: MetricTable, titles: dict[str, str], x_mode: str = "step", smoothing: float = 0.0,
                     empty_message: str = "no data yet", only: Sequence[str] | None = None,
-                    best: Any = None) -> dict[str, Figure]:
+                    best: Any = None, names: dict[str, str] | None = None) -> dict[str, Figure]:
     """Dashboard charts keyed by CHART_IDS (or just the `only` ones); `best` (backend.rundir.BestCheckpoint)
-    is starred on the reward chart."""
+    is starred on the reward chart. `names` gives legend names by metric key, and a right axis's title by
+    "y2/CHART_ID" (the page's language); without it the names are English."""
     wanted = [c for c in CHART_IDS if only is None or c in only]
     series = dashboard_series(table)
     out: dict[str, Figure] = {}
@@ -441,9 +463,10 @@ def build_dashboard(table: MetricTable, titles: dict[str, str], x_mode: str = "s
         if cid == "reward":
             out[cid] = reward_figure(table, title, x_mode, smoothing, empty_message, best)
         elif cid == "timing":
-            out[cid] = timing_figure(table, title, x_mode, smoothing, empty_message)
+            out[cid] = timing_figure(table, title, x_mode, smoothing, empty_message, names)
         else:
-            out[cid] = line_figure(table, title, series[cid], x_mode, smoothing, _Y2.get(cid, ""), empty_message)
+            y2 = (names or {}).get(f"y2/{cid}") or _Y2.get(cid, "")
+            out[cid] = line_figure(table, title, series[cid], x_mode, smoothing, y2, empty_message, names)
     return out
 
 

@@ -18,12 +18,12 @@ import gradio as gr
 
 from app.config import StudioConfig
 from app.fields import Registry
-from app.figures import CHART_IDS, MetricTable, build_dashboard, reward_histogram
+from app.figures import CHART_IDS, MetricTable, build_dashboard, has_tool_metrics, reward_histogram
 from app.locales import state_label, t
 from app.media import thumb_uris
 from app.page import NAV_JS, forget_drawn, header, session_defaults, wire_language
 from app.runlist import RUN_COLUMNS, RunInfo, controls, find_run, format_duration, progress, runs_table
-from app.samples_view import SampleFilter, render_step
+from app.samples_view import EPISODE_LABELS, SampleFilter, render_step
 from app.session import SessionMemo
 from backend import launcher
 from backend.rundir import ACTIVE_STATES, RESUMABLE_STATES, BestCheckpoint, RunDir
@@ -33,7 +33,8 @@ STATE_COLORS = {"running": "#16a34a", "starting": "#2563eb", "stopping": "#d9770
 
 
 TABLE_REDRAW_S = 4.0
-MAIN_CHARTS = ("reward", "reward_spread", "lengths", "policy")
+MAIN_CHARTS = ("reward", "reward_spread", "lengths", "policy", "tools")  # tools: shown for agentic runs only
+OPTIONAL_CHARTS = {"tools": has_tool_metrics}  # chart -> does the run log its metrics
 MORE_CHARTS = ("optim", "timing", "throughput", "telemetry", "eval")
 # Gradio's autoscroll misses a log tail filled while its accordion is closed: when the text changes, the newest
 # line is brought into view
@@ -41,8 +42,20 @@ LOG_SCROLL_JS = """() => { requestAnimationFrame(() => { const t = document.quer
   if (t) { t.scrollTop = t.scrollHeight; } }); }"""
 
 
+def episode_labels(lang: str) -> dict[str, str]:
+    """The multi-turn sample view's words (app.samples_view.EPISODE_LABELS) in `lang`."""
+    return {k: t(f"s_{k}", lang) for k in EPISODE_LABELS}
+
+
 def chart_titles(lang: str) -> dict[str, str]:
     return {cid: t(f"chart_{cid}", lang) for cid in CHART_IDS}
+
+
+def chart_names(lang: str) -> dict[str, str]:
+    """Legend names (by metric key) and right-axis titles ("y2/CHART") that follow the language."""
+    return {"tools/call_frequency": t("lg_tool_calls", lang), "episode/turns_mean": t("lg_turns", lang),
+            "tools/failure_frequency": t("lg_tool_failures", lang), "episode/cut_frequency": t("lg_cut", lang),
+            "y2/tools": t("lg_rate", lang), "timing/tools_s": t("lg_tools_s", lang)}
 
 
 def progress_html(info: RunInfo | None, tokens_per_s: float | None, lang: str, best: BestCheckpoint | None = None) -> str:
@@ -153,7 +166,8 @@ class RunsTab:
         for i in range(0, len(ids), 2):
             with gr.Row(equal_height=True):
                 for cid in ids[i:i + 2]:
-                    self.plots[cid] = gr.Plot(show_label=False, elem_id=f"chart-{cid}", elem_classes=["gs-chart"])
+                    self.plots[cid] = gr.Plot(show_label=False, elem_id=f"chart-{cid}", elem_classes=["gs-chart"],
+                                              visible=cid not in OPTIONAL_CHARTS)
 
     # ------------------------------------------------------------------------- helpers
 
@@ -246,8 +260,12 @@ class RunsTab:
                 continue
             sess[f"dash_{group}"] = (view, version, now)
             empty = t("no_data" if info is not None else "no_runs", lang)
-            plots.update(build_dashboard(table, chart_titles(lang), x_mode or "step", float(smoothing or 0), empty,
-                                         only=chart_ids, best=best))
+            figs = build_dashboard(table, chart_titles(lang), x_mode or "step", float(smoothing or 0), empty,
+                                   only=chart_ids, best=best, names=chart_names(lang))
+            for cid, shown in OPTIONAL_CHARTS.items():
+                if cid in figs:
+                    figs[cid] = gr.update(value=figs[cid], visible=shown(table))
+            plots.update(figs)
         plot_list = [plots[c] for c in self.plots]
 
         tps = table.last("throughput/completion_tokens_per_s") if info is not None else None
@@ -318,7 +336,7 @@ class RunsTab:
         labels = {"prompt": t("s_prompt", lang), "solution": t("s_solution", lang), "completion": t("s_completion", lang),
                   "reward": t("s_reward", lang), "advantage": t("s_adv", lang), "length": t("s_len", lang),
                   "group": t("s_group", lang), "empty": t("samples_none", lang), "best": t("s_best", lang),
-                  "worst": t("s_worst", lang), "replayed": t("s_replayed", lang)}
+                  "worst": t("s_worst", lang), "replayed": t("s_replayed", lang), **episode_labels(lang)}
         view_html = render_step(cache.step_rows(chosen), flt, labels,
                                 image_uris=lambda refs: thumb_uris(refs, self.config.workspace))
         groups = [(t("hist_first", lang, s=steps[0]), cache.step_rewards(steps[0]))]
