@@ -364,18 +364,28 @@ def load_rows(sources: list[str], data: DataSection, seed: int, base_dir: Path) 
     return rows
 
 
-def render_prompt(row: dict[str, Any], data: DataSection, tokenizer: Any) -> str:
-    """The exact text the model is prompted with (chat template applied when enabled)."""
+def render_prompt(row: dict[str, Any], data: DataSection, tokenizer: Any, tools: list[dict[str, Any]] | None = None,
+                  observation: str | None = None) -> str:
+    """The exact text the model is prompted with (chat template applied when enabled). `tools` (JSON schemas) go
+    to the template, as `apply_chat_template(tools=...)` takes them; an environment's first `observation` is
+    appended to the last user message (TRL's environments do the same)."""
     prompt = data.prompt_template.format_map(row) if data.prompt_template else row[data.prompt_column]
     use_template = data.chat_template == "on" or (data.chat_template == "auto" and getattr(tokenizer, "chat_template", None))
     if isinstance(prompt, list) or use_template:
-        messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+        messages = [dict(m) for m in prompt] if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
         if data.system_prompt and not any(m.get("role") == "system" for m in messages):
             messages = [{"role": "system", "content": data.system_prompt}, *messages]
+        if observation:
+            last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+            if last is None:
+                messages.append({"role": "user", "content": observation})
+            else:
+                last["content"] = f"{last.get('content', '')}\n{observation}"
         if not getattr(tokenizer, "chat_template", None):
             raise DataError("prompts are chat messages (or data.chat_template is 'on') but the tokenizer has no chat template")
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    text = str(prompt)
+        kw = {"tools": tools} if tools else {}
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
+    text = f"{prompt}\n{observation}" if observation else str(prompt)
     return f"{data.system_prompt}\n{text}" if data.system_prompt else text
 
 

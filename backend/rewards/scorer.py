@@ -148,15 +148,19 @@ class RewardScorer:
     # ------------------------------------------------------------------------- scoring
 
     def score(self, prompts: list[Any], completions: list[Any], rows: list[dict[str, Any]],
-              completion_ids: list[list[int]] | None = None) -> np.ndarray:
+              completion_ids: list[list[int]] | None = None,
+              conversations: list[list[dict[str, Any]]] | None = None) -> np.ndarray:
         """(N, F) float32 scores, NaN where a function returned None or (on_error="skip") failed.
         completion_ids (token ids per completion), when given, reach every function as the TRL column
-        `completion_ids`, and length-based built-ins then count tokens instead of characters."""
+        `completion_ids`, and length-based built-ins then count tokens instead of characters.
+        `conversations` (episodes as chat messages, backend.agent) are what plugins get as `completions`;
+        built-ins score `completions` (the final answers)."""
         with self._lock:
-            return self._score(prompts, completions, rows, completion_ids)
+            return self._score(prompts, completions, rows, completion_ids, conversations)
 
     def _score(self, prompts: list[Any], completions: list[Any], rows: list[dict[str, Any]],
-               completion_ids: list[list[int]] | None) -> np.ndarray:
+               completion_ids: list[list[int]] | None,
+               conversations: list[list[dict[str, Any]]] | None = None) -> np.ndarray:
         if self._closed:
             raise RewardError("the reward scorer is closed")
         n = len(completions)
@@ -181,7 +185,8 @@ class RewardScorer:
         try:
             if self._worker is not None:  # the worker starts on its functions while the built-ins run here
                 idx = [j for j, w in enumerate(self.where) if w == "worker"]
-                payload = {"prompts": prompts, "completions": completions, "columns": cols, "chat_prompts": chat}
+                payload = {"prompts": prompts, "completions": completions, "columns": cols, "chat_prompts": chat,
+                           "chat_completions": conversations}
                 remote = self._worker.run(idx, payload)
             for j, fn in self._local.items():
                 self._settle(j, *self._run_local(fn, prompts, completions, cols), out, completions)

@@ -141,7 +141,9 @@ def _kwargs(kind: str, params: dict[str, Any], payload: dict[str, Any]) -> dict[
     chat = payload.get("chat_prompts")
     prompts = chat if chat is not None else payload["prompts"]
     completions = payload["completions"]
-    if chat is not None:  # TRL's conversational format
+    if payload.get("chat_completions") is not None:  # episodes: the whole conversation (backend.agent)
+        completions = payload["chat_completions"]
+    elif chat is not None:  # TRL's conversational format
         completions = [[{"role": "assistant", "content": c}] for c in completions]
     return {**payload["columns"], **params, "prompts": prompts, "completions": completions}
 

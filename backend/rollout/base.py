@@ -42,6 +42,10 @@ class Completion:
     # log p(token) under the sampling policy at temperature T (logits / T, before top-k/top-p filtering),
     # the same definition the trainer uses; None when the engine does not report them.
     logprobs: list[float] | None = None
+    # episodes (backend.agent): 1 on the model's own tokens, 0 on inserted ones (tool results, observations);
+    # None = every token is the model's. `episode` is the agent's record of the turns (backend.agent.Episode).
+    model_mask: list[int] | None = None
+    episode: Any = None
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ class Rollout:
     prompt_ids: torch.Tensor  # (B, Lp) left padded
     prompt_mask: torch.Tensor
     completion_ids: torch.Tensor  # (B, Lc) right padded
-    completion_mask: torch.Tensor  # 1 on sampled tokens (incl. EOS)
-    loss_mask: torch.Tensor  # completion_mask, minus truncated completions when masked
+    completion_mask: torch.Tensor  # 1 on the completion's tokens (incl. EOS; in episodes, inserted tokens too)
+    loss_mask: torch.Tensor  # the model's own tokens (sampled_mask), minus truncated completions when masked
     sampling_logps: torch.Tensor | None  # (B, Lc) from the engine
     advantages: torch.Tensor  # (B,)
     metrics: dict[str, float]
@@ -36,6 +36,13 @@ class Rollout:
     is_weights: torch.Tensor | None = None  # truncated importance sampling weights (rollout.vllm_importance_sampling_*)
     # per row: the prompt's image inputs ({"pixel_values", "image_grid_thw"}, backend.multimodal), None for text
     media: list[dict[str, torch.Tensor] | None] | None = None
+    # episodes: 1 on the model's own tokens, 0 on inserted tool results and observations (None: all are the model's)
+    model_mask: torch.Tensor | None = None
+
+    @property
+    def sampled_mask(self) -> torch.Tensor:
+        """The tokens the policy sampled: what the loss, the KL, the entropy and token means count."""
+        return self.completion_mask if self.model_mask is None else self.model_mask
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from backend.agent import Agent
 from backend.data import load_rows
 from backend.eval.greedy import greedy_eval
 from backend.models import compute_dtype, load_vision_processor, resolve_device, spec_tokenizer
@@ -111,8 +112,13 @@ class GRPOTrainer:
         rows = load_rows(spec.data.sources, spec.data, a.seed, base_dir)
         eval_data = spec.data.model_copy(update={"limit": 0})  # data.limit is about training rows
         self.eval_rows = load_rows(spec.data.eval_sources, eval_data, a.seed, base_dir) if spec.data.eval_sources else []
+        self.agent = None  # tools or an environment: rollouts are episodes, played where the engine is (rank 0)
+        if spec.tools.enabled and engine is not None:
+            self.agent = Agent(spec.tools, self.tokenizer, base_dir, spec.rollout.max_turns,
+                               spec.rollout.max_completion_length)
+            self._closers.append(self.agent.close)
         self.rollouts = RolloutBuilder(spec, self.tokenizer, self.vision, rows, engine, self.scorer, base_dir,
-                                       self.sync.engine_sleeps)  # it samples on rank 0 only (engine None elsewhere)
+                                       self.sync.engine_sleeps, self.agent)  # it samples on rank 0 only
         self.telemetry = Telemetry()
         self.sinks = make_sinks(spec.output.report_to if self.ranks.is_main else [], self.run.path, spec.model_dump(mode="json"))
         self._closers += [s.close for s in self.sinks]
@@ -254,7 +260,7 @@ class GRPOTrainer:
             ro.old_logps = passes(self.policy)
             self.policy.train()
             if correct:
-                isw = grpo.importance_weights(ro.old_logps, ro.sampling_logps, ro.completion_mask,
+                isw = grpo.importance_weights(ro.old_logps, ro.sampling_logps, ro.sampled_mask,
                                               r.vllm_importance_sampling_mode, r.vllm_importance_sampling_clip_max)
                 ro.is_weights = isw.weights
                 ro.metrics.update(isw.metrics)
@@ -311,7 +317,7 @@ class GRPOTrainer:
             share = float(mask.sum()) / max(float(ro.loss_mask[sl].sum()), 1.0) if rows is not sl else 1.0
             acc["loss"] += out.loss.item()
             acc["kl"] += float(out.kl) / ga
-            acc["entropy"] += float(grpo.masked_mean(lp.entropies.detach(), ro.completion_mask[rows].to(d).float()))
+            acc["entropy"] += float(grpo.masked_mean(lp.entropies.detach(), ro.sampled_mask[rows].to(d).float()))
             for k, v in out.metrics.items():
                 acc[k] = acc.get(k, 0.0) + v * share / ga
             ent_sum += out.entropy_sum
@@ -347,7 +353,8 @@ class GRPOTrainer:
         engine = self.sync.engine if self.sync.shares_policy or self.ranks.params_sharded else \
             HFEngine(self.policy, self.tokenizer, autocast_dtype=self.autocast_dtype)
         return greedy_eval(engine, self.tokenizer, self.eval_rows, self.spec.data, self.scorer,
-                           self.spec.rollout.max_completion_length, prompts)
+                           self.spec.rollout.max_completion_length, prompts,
+                           self.agent.runner if self.agent is not None else None)
 
     def maybe_evaluate(self) -> dict[str, float]:
         """Greedy eval on eval steps (also kept in eval/during_training.jsonl); {} otherwise."""

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from backend.agent.episodes import sample_fields
 from backend.multimodal import media_ref
 from backend.spec import DataSection
 from backend.train.batch import Rollout, ScoredGroup
@@ -63,14 +64,16 @@ def sample_rows(b: ScoredBatch, rows: list[dict[str, Any]], data: DataSection) -
     G = len(b.groups[0].completions)
     out = []
     reward_list, adv_list, truncated_list = b.rewards.tolist(), b.advantages.tolist(), b.truncated.tolist()  # one sync each
+    length_list = b.lengths.tolist()
     for i, c in enumerate(c for g in b.groups for c in g.completions):
         group = b.groups[i // G]
         row = rows[group.row]
         sample: dict[str, Any] = {
             "group": i // G, "prompt": group.prompt.text, "completion": c.text, "solution": row.get("solution"),
             "rewards": {n: (None if math.isnan(v) else float(v)) for n, v in zip(b.names, b.matrix[i])},
-            "reward": reward_list[i], "advantage": adv_list[i], "length": len(c.token_ids), "truncated": truncated_list[i],
+            "reward": reward_list[i], "advantage": adv_list[i], "length": int(length_list[i]), "truncated": truncated_list[i],
         }
+        sample.update(sample_fields(c.episode))  # an episode, turn by turn (docs/agent.md)
         if i % G in group.replayed:  # the studio marks it: sampled at an earlier step
             sample["replayed"] = True
         # the studio shows each group's picture, video (its file or first frame) or audio beside it

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from backend.agent import Agent
+from backend.agent.episodes import episode_metrics, score_inputs
 from backend.data import PromptSampler, render_prompt
 from backend.multimodal import render_mm_prompt
 from backend.rewards.scorer import RewardScorer
@@ -35,8 +37,9 @@ from backend.train.replay import SolvedReplay
 
 class RolloutBuilder:
     def __init__(self, spec: RunSpec, tokenizer: Any, vision: Any, rows: list[dict[str, Any]], engine: RolloutEngine,
-                 scorer: RewardScorer, base_dir: Path, engine_sleeps: bool):
+                 scorer: RewardScorer, base_dir: Path, engine_sleeps: bool, agent: Agent | None = None):
         a = spec.algorithm
+        self.agent = agent  # tools or an environment: rollouts are episodes (backend.agent)
         self.spec, self.tokenizer, self.vision, self.rows, self.base_dir = spec, tokenizer, vision, rows, base_dir
         self.engine, self.scorer, self.engine_sleeps = engine, scorer, engine_sleeps
         self.reward_weights = torch.tensor(scorer.weights)  # one weight per reward function, in scorer order
@@ -48,9 +51,14 @@ class RolloutBuilder:
         self.unscored = report.UnscoredRewards()
         self._prompt_cache: dict[tuple[str, int], Prompt] = {}
 
-    def prompt(self, row_idx: int, rows: list[dict[str, Any]], split: str) -> Prompt:
-        """Row `row_idx` of `rows` rendered as the model is prompted with it (cached per split and row)."""
+    def prompt(self, row_idx: int, rows: list[dict[str, Any]], split: str, observation: str | None = None) -> Prompt:
+        """Row `row_idx` of `rows` rendered as the model is prompted with it (cached per split and row; with an
+        environment's first observation, rendered anew)."""
         key = (split, row_idx)
+        tools = self.agent.schemas if self.agent is not None else None
+        if observation:
+            text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer, tools, observation)
+            return Prompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if key not in self._prompt_cache:
             if self.vision is not None:
                 mm = render_mm_prompt(rows[row_idx], self.spec.data, self.vision, self.base_dir)
@@ -59,7 +67,7 @@ class RolloutBuilder:
                     raw = RawMedia(self.tokenizer(mm.text, add_special_tokens=False)["input_ids"], list(mm.images))
                 self._prompt_cache[key] = Prompt(mm.text, mm.ids, mm.media, raw)
             else:
-                text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer)
+                text = render_prompt(rows[row_idx], self.spec.data, self.tokenizer, tools)
                 self._prompt_cache[key] = Prompt(text, self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return self._prompt_cache[key]
 
@@ -84,11 +92,21 @@ class RolloutBuilder:
         prompts = [self.prompt(i, self.rows, "train") for i in row_ids]
         t0 = time.time()
         inputs = [PromptInput(p.ids, p.media or {}, raw_media=p.raw_media) for p in prompts]
-        groups = self.engine.generate(inputs, self._sampling(index, attempt))
+        if self.agent is None:
+            groups = self.engine.generate(inputs, self._sampling(index, attempt))
+        else:
+            def reprompt(k: int, observation: str) -> PromptInput:
+                prompts[k] = self.prompt(row_ids[k], self.rows, "train", observation)
+                return PromptInput(prompts[k].ids)
+
+            groups = self.agent.runner.run(self.engine, inputs, self._sampling(index, attempt),
+                                           [self.rows[i] for i in row_ids], reprompt)
+            _add(timings, "timing/tools_s", sum(c.episode.tool_seconds for g in groups for c in g))
         t1 = time.time()
-        matrix = self.scorer.score([p.text for p in prompts for _ in range(G)], [c.text for g in groups for c in g],
-                                   [self.rows[i] for i in row_ids for _ in range(G)],
-                                   completion_ids=[c.token_ids for g in groups for c in g])
+        flat = [c for g in groups for c in g]
+        texts, rows, chats = score_inputs(flat, [self.rows[i] for i in row_ids for _ in range(G)])
+        matrix = self.scorer.score([p.text for p in prompts for _ in range(G)], texts, rows,
+                                   completion_ids=[c.token_ids for c in flat], conversations=chats)
         _add(timings, "rollout_s", t1 - t0)
         for t in self.engine.last_timings():  # per-instance time: a slow or overloaded worker shows up
             _add(timings, f"timing/rollout_worker/{t.name}_s", t.seconds)
@@ -149,14 +167,19 @@ class RolloutBuilder:
         comp_mask = torch.zeros((len(completions), Lc), dtype=torch.long)
         have_lp = all(c.logprobs is not None for c in completions)
         samp_lp = torch.zeros((len(completions), Lc)) if have_lp else None
+        episodes = any(c.model_mask is not None for c in completions)
+        model_mask = torch.zeros((len(completions), Lc), dtype=torch.long) if episodes else None
         for i, c in enumerate(completions):
             n = len(c.token_ids)
             comp_ids[i, :n] = torch.tensor(c.token_ids, dtype=torch.long)
             comp_mask[i, :n] = 1
+            if model_mask is not None:
+                model_mask[i, :n] = torch.tensor(c.model_mask if c.model_mask is not None else [1] * n)
             if samp_lp is not None:
                 samp_lp[i, :n] = torch.tensor(c.logprobs)
         truncated = torch.tensor([c.finish_reason == "length" for c in completions])
-        loss_mask = comp_mask.clone()
+        # only the model's own tokens are trained: inserted tool results and observations are not
+        loss_mask = (model_mask if model_mask is not None else comp_mask).clone()
         if spec.algorithm.mask_truncated_completions:
             loss_mask[truncated] = 0
 
@@ -166,13 +189,15 @@ class RolloutBuilder:
         adv, group_std = grpo.group_advantages(rewards, G, a.scale_rewards,
                                                a.solved_reward if a.advantage_calibration else None)
         scored = report.ScoredBatch(groups, self.scorer.names, matrix, rewards, adv, group_std, truncated,
-                                    comp_mask.sum(-1).float())
+                                    (model_mask if model_mask is not None else comp_mask).sum(-1).float())
         metrics = report.rollout_metrics(scored, self.scorer.error_counts)
+        if self.agent is not None:
+            metrics.update(episode_metrics([c.episode for c in completions]))
         self.unscored.note(scored, index)
         media = [g.prompt.media for g in groups for _ in range(G)]
         ro = Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
                      adv, metrics, report.sample_rows(scored, self.rows, spec.data),
-                     media=media if any(x is not None for x in media) else None)
+                     media=media if any(x is not None for x in media) else None, model_mask=model_mask)
         return ro
 
     def state_dict(self) -> dict[str, Any]:

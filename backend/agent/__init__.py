@@ -1,0 +1,40 @@
+"""Agentic rollouts (docs/agent.md): tools and environments answer the model between its turns.
+
+The door: `Agent` (the worker and the episode runner a run's `tools` section asks for), `Episode`, `Segment`,
+`EpisodeRunner`, `inserted_ids`, the parsers. Floor 3, beside the rewards: it runs engines (floor 2) and its
+worker is the reward worker's kind of process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from backend.agent.episodes import EnvironmentFailed, Episode, EpisodeRunner, Segment, TemplateError, inserted_ids
+from backend.agent.parsers import PARSERS, ToolCall, choose_parser
+from backend.agent.worker import EnvWorker, StepResult
+from backend.spec import ToolsSection
+
+__all__ = ["Agent", "EnvWorker", "EnvironmentFailed", "Episode", "EpisodeRunner", "PARSERS", "Segment", "StepResult", "TemplateError",
+           "ToolCall", "choose_parser", "inserted_ids"]
+
+
+class Agent:
+    """A run's tools or environment: the worker process (started here, so a broken tool file fails the launch)
+    and the runner that plays episodes with it."""
+
+    def __init__(self, tools: ToolsSection, tokenizer: Any, base_dir: Path, max_turns: int, max_tokens: int,
+                 template_kwargs: dict[str, Any] | None = None):
+        files = [str((Path(f) if Path(f).is_absolute() else Path(base_dir) / f).resolve()) for f in tools.files]
+        self.worker = EnvWorker(files, list(tools.functions), tools.environment, tools.timeout_s, tools.max_result_chars)
+        self.worker.start()
+        parser = choose_parser(tools.parser, getattr(tokenizer, "chat_template", None))
+        self.runner = EpisodeRunner(tokenizer, self.worker, parser, max_turns, max_tokens, template_kwargs)
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools' JSON schemas, as `apply_chat_template(tools=...)` takes them ([] for an environment)."""
+        return self.worker.schemas
+
+    def close(self) -> None:
+        self.worker.close()
