@@ -22,6 +22,8 @@ loss types' properties are RunSpec's (`backend.spec`), which the trainer reads t
 
 from __future__ import annotations
 
+import ast
+import json
 import re
 import sys
 from functools import lru_cache
@@ -493,6 +495,64 @@ def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
                                                       "set one of them off"))
 
 
+BUILTIN_TOOLS = ("python",)  # backend.sandbox.python_tool, served by the tool worker
+
+
+def _check_tools(spec: RunSpec, base: Path, issues: list[SpecIssue]) -> None:
+    """Tools and environments (docs/agent.md), read without running them: the files parse, and define the named
+    functions and class; episodes need turns to answer in and a chat template to insert the answers with."""
+    t = spec.tools
+    functions: set[str] = set()
+    classes: set[str] = set()
+    for f in t.files:
+        path = _local(base, f)
+        if not path.is_file():
+            issues.append(SpecIssue("tools.files", f"no such tool file: {f}"))
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"), filename=str(path))
+        except SyntaxError as err:
+            issues.append(SpecIssue("tools.files", f"{f} line {err.lineno}: {err.msg}"))
+            continue
+        functions |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        classes |= {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    for name in t.functions:
+        if name not in functions and name not in BUILTIN_TOOLS:
+            issues.append(SpecIssue("tools.functions", f"unknown tool {name!r}: not a built-in ({', '.join(BUILTIN_TOOLS)}) "
+                                                       f"and not a function of the tool files"))
+    if len(set(t.functions)) != len(t.functions):
+        issues.append(SpecIssue("tools.functions", "a tool is listed twice"))
+    if t.environment and t.environment not in classes:
+        issues.append(SpecIssue("tools.environment", f"no class {t.environment!r} in the tool files"))
+    if t.environment and t.functions:
+        issues.append(SpecIssue("tools.environment", "an environment answers the model itself: leave tools.functions "
+                                                     "empty, or the environment empty to use the tools"))
+    if any(f.name == "env_reward" for f in spec.rewards.functions) and not t.environment:
+        issues.append(SpecIssue("rewards.functions", "env_reward scores the environment's rewards: set tools.environment"))
+    if not t.enabled:
+        return
+    if spec.rollout.max_turns < 2 and t.functions:
+        issues.append(SpecIssue("rollout.max_turns", "with tools, an episode needs at least 2 turns (one to call a "
+                                                     "tool, one to read its result)"))
+    if spec.data.chat_template == "off":
+        issues.append(SpecIssue("data.chat_template", "episodes insert tool results and observations with the chat "
+                                                      "template: it cannot be off"))
+    model = _local(base, spec.model.name_or_path)
+    if model.is_dir() and (model / "tokenizer_config.json").is_file() and not _has_chat_template(model):
+        issues.append(SpecIssue("model.name_or_path", "episodes need the model's chat template (to insert tool results "
+                                                      "and observations), and this model's tokenizer has none"))
+
+
+def _has_chat_template(model_dir: Path) -> bool:
+    """A chat template in the tokenizer files, read without loading the tokenizer (the form checks often)."""
+    if (model_dir / "chat_template.jinja").is_file() or (model_dir / "chat_template.json").is_file():
+        return True
+    try:
+        return bool(json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return True  # unreadable: the model check says so
+
+
 def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
     """Cross-field, file and column checks that hold on any machine; [] means well formed."""
     base = Path(base_dir)
@@ -516,6 +576,7 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
     _check_model(spec, base, issues)
     _check_data(spec, base, issues)
     _check_rewards(spec, base, issues)
+    _check_tools(spec, base, issues)
     _check_split(spec, issues)
     if spec.resources.deepspeed_config:
         _check_deepspeed_config(_local(base, spec.resources.deepspeed_config), issues)
@@ -666,6 +727,7 @@ def confinement_issues(spec: RunSpec, workspace: Workspace) -> list[SpecIssue]:
     refs += [("data.sources", s, True) for s in spec.data.sources]
     refs += [("data.eval_sources", s, True) for s in spec.data.eval_sources]
     refs += [("rewards.plugins", p, False) for p in spec.rewards.plugins]
+    refs += [("tools.files", p, False) for p in spec.tools.files]
     refs += [("rewards.functions", f.params["path"], True) for f in spec.rewards.functions
              if f.name == "reward_model" and isinstance(f.params.get("path"), str)]
     refs += [("rollout.worker_python", spec.rollout.worker_python, False),
@@ -685,7 +747,7 @@ def _run_dir_code_issues(spec: RunSpec, workspace: Workspace) -> list[SpecIssue]
     """Code the spec would run from inside a run directory: the runs folder is inside the workspace, and a run
     directory may have been copied there from anyone, so its plugins, interpreters and model code never run
     (a plugin at runs/<copied>/evil.py is inside the workspace, yet nobody here chose it)."""
-    code = [("rewards.plugins", p) for p in spec.rewards.plugins]
+    code = [("rewards.plugins", p) for p in spec.rewards.plugins] + [("tools.files", p) for p in spec.tools.files]
     code += [("rollout.worker_python", spec.rollout.worker_python)] if spec.rollout.worker_python.strip() else []
     m = spec.model.name_or_path.strip()
     if spec.model.trust_remote_code and m and not is_hub_id(m, workspace.root):

@@ -223,10 +223,10 @@ _REASONS: list[tuple[frozenset[str], str]] = [
                 "freeze_parameters_ratio", "trainable_parameters", "vit_lr", "aligner_lr", "lora_target_parameters",
                 "vllm_max_lora_rank", "vllm_enable_lora", "init_weights"}),
      "a LoRA variant or partial freezing the trainer here does not offer"),
-    (frozenset({"multi_turn_scheduler", "max_turns", "gym_env", "use_gym_env", "completion_length_limit_scope",
-                "vllm_server_pass_dataset", "max_tool_calling_iterations", "tools", "agent_template",
-                "context_manager"}),
-     "multi-turn / tool-using rollouts are not implemented here"),
+    (frozenset({"multi_turn_scheduler", "gym_env", "use_gym_env", "completion_length_limit_scope",
+                "vllm_server_pass_dataset", "tools", "agent_template", "context_manager"}),
+     "the source's multi-turn scheduler, gym environment or tool objects are its own Python plugins: write the "
+     "environment as a tools.environment class or the tools as tools.functions (docs/agent.md)"),
     (frozenset({"teacher_model", "teacher_model_type", "teacher_model_revision", "teacher_model_server",
                 "teacher_kl_coef", "teacher_tag_key", "offload_teacher_model", "gkd_logits_topk", "lmbda", "sft_alpha",
                 "seq_kd", "teacher_deepspeed"}),
@@ -371,6 +371,8 @@ _COMMON: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "top_p": ("rollout.top_p", _num),
     "top_k": ("rollout.top_k", lambda v: 0 if _is_null(v) else max(0, _int(v))),  # -1 / None (off) is 0 here
     "max_completion_length": ("rollout.max_completion_length", _int),
+    "max_turns": ("rollout.max_turns", _int),  # ms-swift
+    "max_tool_calling_iterations": ("rollout.max_turns", lambda v: 100 if _is_null(v) else min(_int(v) + 1, 100)),  # TRL: rounds after the first turn
     "max_new_tokens": ("rollout.max_completion_length", _int),  # ms-swift's older name
     "vllm_gpu_memory_utilization": ("rollout.gpu_memory_utilization", _num),
     "vllm_tensor_parallel_size": ("rollout.tensor_parallel_size", _int),

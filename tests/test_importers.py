@@ -433,3 +433,15 @@ def test_accelerate_config_and_rollout_gpus(tmp_path):
                         "--num_generations 8")
     assert server.values["rollout.placement"] == "separate"
     assert server.values["resources.train_gpus"] == [0, 1, 2, 3, 4, 5] and server.values["algorithm.prompts_per_step"] == 3
+
+
+def test_multi_turn_limits_import_and_the_plugins_say_what_to_write() -> None:
+    """ms-swift's --max_turns and TRL's max_tool_calling_iterations are rollout.max_turns; ms-swift's scheduler
+    plugin is reported with what to write instead."""
+    p = CORPUS / "ms-swift" / "train__grpo__internal__vllm_multi_turn.sh"
+    r = import_any(p.read_text(), p.name)
+    assert r.values["rollout.max_turns"] == 3
+    sched = [u for u in r.unmapped if u.option.lstrip("-") == "multi_turn_scheduler"]
+    assert sched and "tools.environment" in sched[0].reason
+    r = import_any("max_tool_calling_iterations: 4\nlearning_rate: 1.0e-6\nnum_generations: 4\n", "grpo.yaml")
+    assert r.values["rollout.max_turns"] == 5
