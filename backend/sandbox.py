@@ -166,8 +166,10 @@ class SandboxCapabilities:
     pid_namespace: bool
     process_limit: bool  # RLIMIT_NPROC binds (not root, or root that dropped to `nobody`)
     privileges_dropped: bool  # root ran the child as `nobody`
-    reads_restricted: bool  # the child reads only what an unprivileged user may (never hides /etc or the project)
-    writes_restricted: bool  # the child cannot write the project directory (it is owned by someone else)
+    # the child is unprivileged (no root, no CAP_DAC_READ_SEARCH): it reads what its user may, which still includes
+    # /etc, a world-readable project and a non-root user's own files (nothing is hidden)
+    reads_restricted: bool
+    writes_restricted: bool  # the probe's child could not write the project directory
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -354,21 +356,23 @@ def _reason(exit_code: int | None, cpu_used: float, cpu_limit: int, stderr: str)
 
 @functools.cache
 def _probe() -> tuple[_Plan, dict]:
+    """One run of a tiny program with every layer asked for: which layers the kernel gave (the bootstrap's report)
+    and whether the child could write the project directory. Cached: later runs ask only for what worked."""
     plan = _plan()
-    _, report = _launch("pass\n", SandboxLimits(cpu_s=5, wall_s=20), "", plan)
-    if not report and plan.drop_uid is not None:  # dropping privileges failed: run as root rather than not at all
+    source = f"import os\nprint(os.access({str(PROJECT_ROOT)!r}, os.W_OK))\n"
+    result, report = _launch(source, SandboxLimits(cpu_s=5, wall_s=20), "", plan)
+    if "exit" not in report and plan.drop_uid is not None:  # dropping privileges failed: run as root, and say so
         plan = _Plan(plan.unshare, None, False)
-        _, report = _launch("pass\n", SandboxLimits(cpu_s=5, wall_s=20), "", plan)
-    # run later with the first namespace set that worked, so no run pays for refused unshare calls
+        result, report = _launch(source, SandboxLimits(cpu_s=5, wall_s=20), "", plan)
     chosen = tuple(f for f in plan.unshare if (bool(f & CLONE_NEWNET), bool(f & CLONE_NEWPID)) ==
                    (report.get("net", False), report.get("pid", False)))
-    return _Plan(chosen, plan.drop_uid if report.get("uid", 0) != 0 or plan.drop_uid is None else None,
-                 plan.read_cap), report
+    report = {**report, "project_writable": result.stdout.strip() != "False"}
+    return _Plan(chosen, plan.drop_uid, plan.read_cap), report
 
 
 def sandbox_capabilities() -> SandboxCapabilities:
     """What the sandbox enforces on this machine, from one probe run (cached)."""
-    plan, report = _probe()
+    _, report = _probe()
     uid = report.get("uid", os.getuid())
     dropped = os.geteuid() == 0 and uid != 0
     notes = list(report.get("errors", ()))
@@ -378,14 +382,12 @@ def sandbox_capabilities() -> SandboxCapabilities:
         notes.append("no PID namespace: a child that calls setsid() can outlive the run")
     if uid == 0:
         notes.append("the child runs as root: RLIMIT_NPROC does not bind, no process limit")
-    try:
-        owner = os.stat(PROJECT_ROOT).st_uid
-    except OSError:
-        owner = -1
+    if report.get("project_writable"):
+        notes.append("the child can write the project directory (it runs as a user who may)")
     return SandboxCapabilities(network_isolated=bool(report.get("net")), pid_namespace=bool(report.get("pid")),
                                process_limit=uid != 0, privileges_dropped=dropped,
-                               reads_restricted=dropped and not report.get("read_cap"),
-                               writes_restricted=dropped and owner != uid, notes=tuple(notes))
+                               reads_restricted=uid != 0 and not report.get("read_cap"),
+                               writes_restricted=not report.get("project_writable"), notes=tuple(notes))
 
 
 def run_code(source: str, language: str = "python", limits: SandboxLimits | None = None, stdin: str = "") -> SandboxResult:

@@ -3,6 +3,7 @@ kernel allows: `sandbox_capabilities()`), and the `code` reward on open-r1-style
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 from backend.project import PROJECT_ROOT
 from backend.rewards.code import extract_code, same_output
 from backend.rewards.registry import BUILTIN_REWARDS
-from backend.sandbox import SandboxLimits, python_tool, run_code, sandbox_capabilities
+from backend.sandbox import SandboxLimits, _launch, _probe, python_tool, run_code, sandbox_capabilities
 
 FAST = SandboxLimits(cpu_s=1, wall_s=3, memory_mb=256, max_output_bytes=64 << 10)
 CAPS = sandbox_capabilities()
@@ -204,6 +205,13 @@ def test_capabilities_say_what_is_missing() -> None:
     assert CAPS.network_isolated or any("network isolation is unavailable" in n for n in CAPS.notes)
     assert CAPS.pid_namespace or any("PID namespace" in n for n in CAPS.notes)
     assert sandbox_capabilities() is not None and sandbox_capabilities() == CAPS  # probed once, cached
+
+
+def test_without_namespaces_a_run_says_it_is_not_network_isolated() -> None:
+    # the fallback a kernel without (unprivileged) namespaces gets: the run goes on, and says so
+    plan = dataclasses.replace(_probe()[0], unshare=())
+    r, report = _launch("import socket\nprint('ran')", FAST, "", plan)
+    assert r.ok and r.stdout == "ran\n" and not r.network_isolated and not report["pid"]
 
 
 # ----------------------------------------------------------------------------- the python tool
