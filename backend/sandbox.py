@@ -34,11 +34,14 @@ What each layer guarantees (and what it does not):
   such as /tmp): not the project, not /root. When the interpreter itself is not readable by `nobody` (a Python
   under /root), the child keeps one capability, CAP_DAC_READ_SEARCH (read any file, write none), so that it can
   start; `sandbox_capabilities().reads_restricted` is then False.
-- **not prevented**: reading what the child's user may read. Without root there is no way to hide /etc, the
-  project or the home directory (no mount namespace is set up: hiding them reliably needs bind mounts that depend
-  on where the interpreter lives, and is left out), and a non-root sandbox can write wherever its user can. The
-  cwd is a temporary directory, never the project. Run untrusted code on a machine, or as a user, that holds
-  nothing it must not see; the rlimits and namespaces bound the damage to the machine, not the secrecy of files.
+- **not prevented**: reading what the child's user may read. /etc, the project and the home directory are not
+  hidden (no mount namespace is set up: hiding them reliably needs bind mounts that depend on where the
+  interpreter lives, which may itself be under the home directory or the project, and is left out); a non-root
+  sandbox can write wherever its user can, and any sandbox can write world-writable places (/tmp, /dev/shm).
+  There is no disk quota: RLIMIT_FSIZE bounds each file, not their number, so a program can fill a writable
+  filesystem at its disk's speed until its CPU or wall-clock limit ends it. The cwd is a temporary directory, never
+  the project. Run untrusted code on a machine, or as a user, that holds nothing it must not see; the rlimits and
+  namespaces bound the damage to the machine, not the secrecy of files.
 
 Only Python is supported (`language="python"`): the standard library works, site-packages are not on the path.
 """
@@ -141,6 +144,11 @@ class SandboxLimits:
     max_processes: int = 32
     max_open_files: int = 64
     max_output_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_s", "wall_s", "memory_mb", "file_mb", "max_processes", "max_open_files", "max_output_bytes"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SandboxLimits.{name} must be positive, not {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -421,7 +429,7 @@ def python_tool(code: str) -> str:
         parts.append(f"\n[stopped: {r.killed_reason}]")
     elif r.exit_code not in (0, None):
         parts.append(f"\n[exit code {r.exit_code}]")
-    text = "".join(parts)
+    text = "".join(parts) or "(no output)"
     if len(text) > TOOL_MAX_CHARS:
         text = text[:TOOL_MAX_CHARS] + f"\n... (cut: {len(text) - TOOL_MAX_CHARS} more characters)"
     return text

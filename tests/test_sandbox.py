@@ -129,6 +129,16 @@ def test_sleeping_forever_hits_the_wall_timeout() -> None:
     assert 1.0 <= r.seconds < 2.5
 
 
+def test_closing_its_pipes_does_not_escape_the_wall_timeout() -> None:
+    r = run_code("import os, time\nos.close(1)\nos.close(2)\ntime.sleep(10 ** 6)", limits=SandboxLimits(cpu_s=1, wall_s=1))
+    assert r.timed_out and r.killed_reason == "wall timeout" and r.seconds < 2.5
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="wall_s"):
+        SandboxLimits(wall_s=0)
+
+
 def test_a_huge_file_hits_the_file_size_limit() -> None:
     r = run_code("with open('big', 'wb') as f:\n    f.write(b'x' * (64 << 20))", limits=SandboxLimits(cpu_s=2, memory_mb=512, file_mb=1))
     assert r.exit_code != 0 and r.killed_reason in ("file size limit", "cpu time limit")
@@ -218,6 +228,7 @@ def test_without_namespaces_a_run_says_it_is_not_network_isolated() -> None:
 
 def test_python_tool_returns_output_errors_and_kill_reasons() -> None:
     assert python_tool("print(6 * 7)") == "42\n"
+    assert python_tool("x = 1") == "(no output)"
     failed = python_tool("1 / 0")
     assert "ZeroDivisionError" in failed and "[exit code 1]" in failed
     assert len(python_tool("while True: print('x' * 100)")) < 9000
