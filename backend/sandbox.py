@@ -66,6 +66,9 @@ from backend.procs import kill_group
 from backend.project import PROJECT_ROOT
 
 NOBODY = 65534
+# the interpreter itself, not a virtual environment's link to it: with -I -S the environment adds nothing, and the
+# link may sit in a directory the child's user cannot enter
+PYTHON = os.path.realpath(sys.executable)
 CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
 
 # The bootstrap: argv[1] is its JSON config. It tries each namespace set in order (the first that unshare accepts
@@ -184,7 +187,7 @@ class SandboxCapabilities:
 def _world_readable_interpreter() -> bool:
     """Whether `nobody` could start this interpreter: every directory on the way o+x, the binary and the
     standard library o+r."""
-    paths = [os.path.realpath(sys.executable), os.path.realpath(os.path.dirname(os.__file__))]
+    paths = [PYTHON, os.path.realpath(os.path.dirname(os.__file__))]
     for p in paths:
         d = p
         while d not in ("/", ""):
@@ -264,7 +267,7 @@ def _launch(source: str, limits: SandboxLimits, stdin: str, plan: _Plan) -> tupl
         with tempfile.TemporaryFile() as stdin_file:
             stdin_file.write(stdin.encode("utf-8", errors="replace"))
             stdin_file.seek(0)
-            proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, json.dumps(cfg)], cwd=tmp, env=env,
+            proc = subprocess.Popen([PYTHON, "-I", "-S", "-B", "-c", _BOOTSTRAP, json.dumps(cfg)], cwd=tmp, env=env,
                                     stdin=stdin_file, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     pass_fds=(status_w,), start_new_session=True)
         os.close(status_w)
