@@ -12,7 +12,8 @@ for it, reporting its exit status and CPU time on a private pipe. The layers are
 deadlock, which CPython's documentation warns of; the bootstrap is a fresh single-threaded interpreter.
 
 What each layer guarantees (and what it does not):
-- **rlimits** (always): RLIMIT_CPU (soft = `cpu_s`, hard one second later), RLIMIT_AS (`memory_mb`: an allocation
+- **rlimits** (always): RLIMIT_CPU (soft = `cpu_s`, hard one second later; both `cpu_s` in a PID namespace, whose
+  init ignores SIGXCPU), RLIMIT_AS (`memory_mb`: an allocation
   beyond it fails, Python raises MemoryError), RLIMIT_FSIZE (`file_mb` per file written), RLIMIT_NOFILE,
   RLIMIT_CORE = 0. RLIMIT_NPROC counts every task (threads too) of the *user*, not of the sandbox, so it is set to
   the user's current task count plus `max_processes`: a fork bomb gets `max_processes` more tasks and then fork
@@ -29,19 +30,25 @@ What each layer guarantees (and what it does not):
   the kernel kills every process left in it, setsid() or not). As root these need nothing more; otherwise they
   need an unprivileged user namespace (CLONE_NEWUSER, the user mapped to itself). Where the kernel refuses,
   the run goes on without them and `SandboxResult.network_isolated` / `sandbox_capabilities()` say so.
+- **read-only filesystem** (a mount namespace, in the same unshare where the kernel allows it): mounts are made
+  private, the work directory is bind-mounted onto itself, and every other mount (but /proc and /sys) is
+  remounted read-only, keeping its nosuid/nodev/noexec/atime flags (a user namespace may not drop them). Writing
+  anywhere but the work directory (the project, HOME of the user, /tmp, /dev/shm) then fails with EROFS; device
+  nodes such as /dev/null still work. A mount whose remount the kernel refuses is named in `SandboxResult.notes`
+  (for /, /tmp, /dev/shm, /home or /var/tmp the layer counts as absent); `sandbox_capabilities()
+  .filesystem_readonly` says whether it holds, from the probe.
 - **privileges** (as root only): the child runs as `nobody` with no supplementary groups and NO_NEW_PRIVS (a
-  setuid binary gains nothing). It can then write only where `nobody` may (its directory, world-writable places
-  such as /tmp): not the project, not /root. When the interpreter itself is not readable by `nobody` (a Python
-  under /root), the child keeps one capability, CAP_DAC_READ_SEARCH (read any file, write none), so that it can
-  start; `sandbox_capabilities().reads_restricted` is then False.
+  setuid binary gains nothing). Without the read-only layer it can then write only where `nobody` may (its
+  directory, world-writable places such as /tmp): not the project, not /root. When the interpreter itself is not
+  readable by `nobody` (a Python under /root), the child keeps one capability, CAP_DAC_READ_SEARCH (read any file,
+  write none), so that it can start; `sandbox_capabilities().reads_restricted` is then False.
 - **not prevented**: reading what the child's user may read. /etc, the project and the home directory are not
-  hidden (no mount namespace is set up: hiding them reliably needs bind mounts that depend on where the
-  interpreter lives, which may itself be under the home directory or the project, and is left out); a non-root
-  sandbox can write wherever its user can, and any sandbox can write world-writable places (/tmp, /dev/shm).
-  There is no disk quota: RLIMIT_FSIZE bounds each file, not their number, so a program can fill a writable
-  filesystem at its disk's speed until its CPU or wall-clock limit ends it. The cwd is a temporary directory, never
-  the project. Run untrusted code on a machine, or as a user, that holds nothing it must not see; the rlimits and
-  namespaces bound the damage to the machine, not the secrecy of files.
+  hidden (hiding them needs mounts over directories that may hold the interpreter itself, under the home directory
+  or the project: left out). Without the read-only layer a non-root sandbox can write wherever its user can, and
+  any sandbox can write world-writable places (/tmp, /dev/shm). There is no disk quota for the work directory:
+  RLIMIT_FSIZE bounds each file, not their number, so a program can fill the filesystem that holds the temporary
+  directory at its disk's speed until its CPU or wall-clock limit ends it. Run untrusted code on a machine, or as
+  a user, that holds nothing it must not see; the layers bound the damage to the machine, not the secrecy of files.
 
 Only Python is supported (`language="python"`): the standard library works, site-packages are not on the path.
 """
@@ -69,7 +76,7 @@ NOBODY = 65534
 # the interpreter itself, not a virtual environment's link to it: with -I -S the environment adds nothing, and the
 # link may sit in a directory the child's user cannot enter
 PYTHON = os.path.realpath(sys.executable)
-CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWPID = 0x10000000, 0x40000000, 0x20000000
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWNS = 0x10000000, 0x40000000, 0x20000000, 0x00020000
 
 # The bootstrap: argv[1] is its JSON config. It tries each namespace set in order (the first that unshare accepts
 # wins), drops privileges when asked, sets the rlimits, then forks the program and reports on `status_fd`.
@@ -85,9 +92,39 @@ for flags in cfg["unshare"]:
             for f, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
                 with open(f"/proc/self/{f}", "w") as fh:
                     fh.write(text)
-        rep["net"], rep["pid"] = bool(flags & 0x40000000), bool(flags & 0x20000000)
+        rep["net"], rep["pid"], rep["flags"] = bool(flags & 0x40000000), bool(flags & 0x20000000), flags
         break
     rep["errors"].append(f"unshare {flags:#x}: {os.strerror(ctypes.get_errno())}")
+rep["readonly"] = False
+if rep.get("flags", 0) & 0x00020000:  # a mount namespace: every mount read-only but the work directory
+    def mount(src, target, flags):
+        if libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None) != 0:
+            raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
+    try:
+        mount(b"none", "/", (1 << 14) | (1 << 18))  # MS_REC | MS_PRIVATE: nothing propagates out
+        work = os.path.dirname(cfg["main"])
+        mount(work.encode(), work, 4096)  # MS_BIND: the work directory, a mount of its own, stays writable
+        os.chdir(work)  # the cwd still named the directory under the new mount
+        with open("/proc/self/mountinfo") as fh:
+            table = [line.split() for line in fh]
+        bits = {"nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048, "relatime": 1 << 21}
+        for row in table:
+            point = row[4].encode().decode("unicode_escape")
+            if point == work or point.startswith(("/proc", "/sys")) or "ro" in row[5].split(","):
+                continue
+            opts = row[5].split(",")
+            flags = 32 | 4096 | 1 | sum(bits.get(o, 0) for o in opts)  # MS_REMOUNT | MS_BIND | MS_RDONLY
+            if not any(o in opts for o in ("noatime", "relatime")):
+                flags |= 1 << 24  # MS_STRICTATIME: a user namespace may not change the atime rule
+            try:
+                mount(None, point, flags)
+            except OSError as e:
+                if point in ("/", "/tmp", "/dev/shm", "/home", "/var/tmp"):
+                    raise
+                rep["errors"].append(str(e))
+        rep["readonly"] = True
+    except OSError as e:
+        rep["errors"].append(f"read-only mounts: {e}")
 libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 if cfg["drop_uid"] is not None:
     try:
@@ -181,6 +218,7 @@ class SandboxCapabilities:
     # /etc, a world-readable project and a non-root user's own files (nothing is hidden)
     reads_restricted: bool
     writes_restricted: bool  # the probe's child could not write the project directory
+    filesystem_readonly: bool  # every mount but the work directory (and /proc, /sys) read-only in the child
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -211,8 +249,9 @@ class _Plan:
 def _plan() -> _Plan:
     root = os.geteuid() == 0
     base = CLONE_NEWNET | CLONE_NEWPID
-    tries = (base, CLONE_NEWNET, CLONE_NEWPID) if root else \
-        (CLONE_NEWUSER | base, CLONE_NEWUSER | CLONE_NEWNET, CLONE_NEWUSER | CLONE_NEWPID)
+    tries = (base | CLONE_NEWNS, base, CLONE_NEWNET, CLONE_NEWPID)
+    if not root:
+        tries = tuple(CLONE_NEWUSER | f for f in tries)
     return _Plan(tries, NOBODY if root else None, root and not _world_readable_interpreter())
 
 
@@ -244,6 +283,8 @@ def _rmtree(path: str) -> None:
 def _launch(source: str, limits: SandboxLimits, stdin: str, plan: _Plan) -> tuple[SandboxResult, dict]:
     start = time.monotonic()
     plan_net = bool(plan.unshare and plan.unshare[0] & CLONE_NEWNET)  # a killed bootstrap reports nothing
+    # a PID namespace's init ignores SIGXCPU (it has no handler), so the soft limit would only cost a second more
+    pid_ns = bool(plan.unshare and plan.unshare[0] & CLONE_NEWPID)
     tmp = tempfile.mkdtemp(prefix="sandbox-")
     status_r, status_w = os.pipe()
     proc = None
@@ -260,7 +301,7 @@ def _launch(source: str, limits: SandboxLimits, stdin: str, plan: _Plan) -> tupl
         mem, fsize = limits.memory_mb << 20, limits.file_mb << 20
         cfg = {"unshare": list(plan.unshare), "drop_uid": plan.drop_uid, "read_cap": plan.read_cap,
                "status_fd": status_w, "main": main,
-               "rlimits": [("RLIMIT_CORE", 0, 0), ("RLIMIT_CPU", cpu, cpu + 1), ("RLIMIT_AS", mem, mem),
+               "rlimits": [("RLIMIT_CORE", 0, 0), ("RLIMIT_CPU", cpu, cpu if pid_ns else cpu + 1), ("RLIMIT_AS", mem, mem),
                            ("RLIMIT_FSIZE", fsize, fsize), ("RLIMIT_NOFILE", limits.max_open_files, limits.max_open_files),
                            ("RLIMIT_NPROC", nproc, nproc)]}
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8"}
@@ -375,8 +416,7 @@ def _probe() -> tuple[_Plan, dict]:
     if "exit" not in report and plan.drop_uid is not None:  # dropping privileges failed: run as root, and say so
         plan = _Plan(plan.unshare, None, False)
         result, report = _launch(source, SandboxLimits(cpu_s=5, wall_s=20), "", plan)
-    chosen = tuple(f for f in plan.unshare if (bool(f & CLONE_NEWNET), bool(f & CLONE_NEWPID)) ==
-                   (report.get("net", False), report.get("pid", False)))
+    chosen = (report["flags"],) if "flags" in report else ()
     report = {**report, "project_writable": result.stdout.strip() != "False"}
     return _Plan(chosen, plan.drop_uid, plan.read_cap), report
 
@@ -393,12 +433,15 @@ def sandbox_capabilities() -> SandboxCapabilities:
         notes.append("no PID namespace: a child that calls setsid() can outlive the run")
     if uid == 0:
         notes.append("the child runs as root: RLIMIT_NPROC does not bind, no process limit")
+    if not report.get("readonly"):
+        notes.append("no read-only mounts (no mount namespace): the child writes wherever its user may")
     if report.get("project_writable"):
         notes.append("the child can write the project directory (it runs as a user who may)")
     return SandboxCapabilities(network_isolated=bool(report.get("net")), pid_namespace=bool(report.get("pid")),
                                process_limit=uid != 0, privileges_dropped=dropped,
                                reads_restricted=uid != 0 and not report.get("read_cap"),
-                               writes_restricted=not report.get("project_writable"), notes=tuple(notes))
+                               writes_restricted=not report.get("project_writable"),
+                               filesystem_readonly=bool(report.get("readonly")), notes=tuple(notes))
 
 
 def run_code(source: str, language: str = "python", limits: SandboxLimits | None = None, stdin: str = "") -> SandboxResult:
