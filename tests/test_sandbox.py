@@ -18,7 +18,7 @@ import pytest
 from backend.project import PROJECT_ROOT
 from backend.rewards.code import extract_code, same_output
 from backend.rewards.registry import BUILTIN_REWARDS
-from backend.sandbox import SandboxLimits, _launch, _probe, python_tool, run_code, sandbox_capabilities
+from backend.sandbox import CLONE_NEWNS, SandboxLimits, _launch, _probe, python_tool, run_code, sandbox_capabilities
 
 FAST = SandboxLimits(cpu_s=1, wall_s=3, memory_mb=256, max_output_bytes=64 << 10)
 CAPS = sandbox_capabilities()
@@ -229,7 +229,17 @@ def test_without_namespaces_a_run_says_it_is_not_network_isolated() -> None:
     # the fallback a kernel without (unprivileged) namespaces gets: the run goes on, and says so
     plan = dataclasses.replace(_probe()[0], unshare=())
     r, report = _launch("import socket\nprint('ran')", FAST, "", plan)
-    assert r.ok and r.stdout == "ran\n" and not r.network_isolated and not report["pid"]
+    assert r.ok and r.stdout == "ran\n" and not r.network_isolated and not report["pid"] and not report["readonly"]
+
+
+def test_without_a_mount_namespace_the_other_layers_still_hold() -> None:
+    plan = _probe()[0]
+    if not plan.unshare:
+        pytest.skip("no namespaces on this kernel")
+    plan = dataclasses.replace(plan, unshare=(plan.unshare[0] & ~CLONE_NEWNS,))
+    r, report = _launch("open('here.txt', 'w').write('x')\nprint('ran')", FAST, "", plan)
+    assert r.ok and r.stdout == "ran\n" and not report["readonly"]
+    assert r.network_isolated == CAPS.network_isolated and report["pid"] == CAPS.pid_namespace
 
 
 # ----------------------------------------------------------------------------- the python tool
