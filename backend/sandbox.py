@@ -118,12 +118,12 @@ if rep.get("flags", 0) & 0x00020000:  # a mount namespace: every mount read-only
                 flags |= 1 << 24  # MS_STRICTATIME: a user namespace may not change the atime rule
             try:
                 mount(None, point, flags)
-            except OSError as e:
+            except (OSError, ValueError) as e:
                 if point in ("/", "/tmp", "/dev/shm", "/home", "/var/tmp"):
                     raise
                 rep["errors"].append(str(e))
         rep["readonly"] = True
-    except OSError as e:
+    except (OSError, ValueError) as e:
         rep["errors"].append(f"read-only mounts: {e}")
 libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 if cfg["drop_uid"] is not None:
@@ -410,12 +410,16 @@ def _reason(exit_code: int | None, cpu_used: float, cpu_limit: int, stderr: str)
 def _probe() -> tuple[_Plan, dict]:
     """One run of a tiny program with every layer asked for: which layers the kernel gave (the bootstrap's report)
     and whether the child could write the project directory. Cached: later runs ask only for what worked."""
-    plan = _plan()
+    full = _plan()
     source = f"import os\nprint(os.access({str(PROJECT_ROOT)!r}, os.W_OK))\n"
-    result, report = _launch(source, SandboxLimits(cpu_s=5, wall_s=20), "", plan)
-    if "exit" not in report and plan.drop_uid is not None:  # dropping privileges failed: run as root, and say so
-        plan = _Plan(plan.unshare, None, False)
+    # fall back layer by layer: no namespaces, then (as root, if dropping privileges is what fails) no drop either
+    failed: list[str] = []
+    for plan in (full, _Plan((), full.drop_uid, full.read_cap), _Plan((), None, False)):
         result, report = _launch(source, SandboxLimits(cpu_s=5, wall_s=20), "", plan)
+        if "exit" in report:
+            break
+        failed += [*report.get("errors", ()), f"probe failed: {result.stderr.strip()[-300:]}"]
+    report = {**report, "errors": [*failed, *report.get("errors", ())]}
     chosen = (report["flags"],) if "flags" in report else ()
     report = {**report, "project_writable": result.stdout.strip() != "False"}
     return _Plan(chosen, plan.drop_uid, plan.read_cap), report
