@@ -372,7 +372,8 @@ _COMMON: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "top_k": ("rollout.top_k", lambda v: 0 if _is_null(v) else max(0, _int(v))),  # -1 / None (off) is 0 here
     "max_completion_length": ("rollout.max_completion_length", _int),
     "max_turns": ("rollout.max_turns", _int),  # ms-swift
-    "max_tool_calling_iterations": ("rollout.max_turns", lambda v: 100 if _is_null(v) else min(_int(v) + 1, 100)),  # TRL: rounds after the first turn
+    # TRL: tool rounds after the first turn (None: unbounded there, the most here)
+    "max_tool_calling_iterations": ("rollout.max_turns", lambda v: 100 if _is_null(v) else min(_int(v) + 1, 100)),
     "max_new_tokens": ("rollout.max_completion_length", _int),  # ms-swift's older name
     "vllm_gpu_memory_utilization": ("rollout.gpu_memory_utilization", _num),
     "vllm_tensor_parallel_size": ("rollout.tensor_parallel_size", _int),

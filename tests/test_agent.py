@@ -164,11 +164,10 @@ class Scripted(RolloutEngine):
     def generate(self, prompts, sampling):
         self.calls.append((len(prompts), sampling.n, sampling.max_tokens))
         out = []
-        for p in prompts:
+        for _ in prompts:
             group = []
-            for _ in range(sampling.n):
-                k = len(self.script) and 0
-                text = self.script.pop(k)
+            for _j in range(sampling.n):
+                text = self.script.pop(0)
                 ids = self.tok(text, add_special_tokens=False)["input_ids"]
                 finish = "stop"
                 if len(ids) + 1 > sampling.max_tokens:
@@ -181,7 +180,7 @@ class Scripted(RolloutEngine):
 
 
 def _call(a: int, b: int) -> str:
-    return '<tool_call>{"name": "add", "arguments": {"a": %d, "b": %d}}</tool_call>' % (a, b)
+    return f'<tool_call>{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>'
 
 
 def test_an_episode_masks_the_tool_result_and_records_the_turns(tok) -> None:
