@@ -127,7 +127,8 @@ def counting(completions: list[Any], prompts: list[Any] | None = None, solution:
 
 
 @builtin("env_reward")
-def env_reward(completions: list[Any], env_reward: list[Any] | None = None, **_: Any) -> list[float | None]:
+def env_reward(completions: list[Any], prompts: list[Any] | None = None, *, env_reward: list[Any] | None = None,
+               **_: Any) -> list[float | None]:
     """The environment's reward of each episode: the sum of the rewards its step() returned (docs/agent.md).
     None where the environment gave none (and for runs without an environment)."""
     vals = env_reward if env_reward is not None else [None] * len(completions)
