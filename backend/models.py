@@ -7,6 +7,7 @@ evaluation, so a tokenizer is loaded (with its pad fix) one way everywhere; load
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -38,11 +39,31 @@ def load_tokenizer(ref: str | Path, trust_remote_code: bool = False):
     """The tokenizer at `ref` (a model directory or hub id), the one way every part loads one: left padding (a
     batch of prompts ends where generation starts) and a pad token (the eos token where the model has none, since
     batching and the reward model's last-token lookup need one)."""
-    tok = AutoTokenizer.from_pretrained(str(ref), trust_remote_code=trust_remote_code)
+    tok = _generic_tokenizer(Path(ref)) or AutoTokenizer.from_pretrained(str(ref), trust_remote_code=trust_remote_code)
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def _generic_tokenizer(path: Path):  # noqa: ANN202 - a transformers tokenizer, or None
+    """A local tokenizer saved as the generic fast tokenizer (tokenizer_class TokenizersBackend or
+    PreTrainedTokenizerFast, as the shipped tiny models are), loaded as exactly that. AutoTokenizer would pick the
+    model type's class instead (Qwen2Tokenizer for a qwen2 config), which rebuilds the pre-tokenizer from its own
+    rules and drops the whitespace characters a character-level vocabulary holds, so the tokens would not be the
+    ones the model was trained on."""
+    cfg = path / "tokenizer_config.json"
+    if not (path / "tokenizer.json").is_file() or not cfg.is_file():
+        return None
+    try:
+        declared = json.loads(cfg.read_text(encoding="utf-8")).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if declared not in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        return None
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(str(path))
 
 
 def spec_tokenizer(spec: RunSpec, base_dir: Path):

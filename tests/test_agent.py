@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from backend.agent import EnvWorker, EpisodeRunner, TemplateError, choose_parser, inserted_ids
 from backend.agent.episodes import episode_metrics, sample_fields, score_inputs
 from backend.agent.parsers import parse_hermes, parse_llama3
+from backend.models import load_tokenizer
 from backend.rollout.base import Completion, PromptInput, RolloutEngine, SamplingParams
 from backend.rollout.hf import HFEngine
 from backend.train.grpo import selective_log_softmax
@@ -35,7 +36,7 @@ TEMPLATE = (
 
 @pytest.fixture(scope="module")
 def tok():
-    t = AutoTokenizer.from_pretrained(TINY)
+    t = load_tokenizer(TINY)
     t.chat_template = TEMPLATE
     return t
 
@@ -201,7 +202,7 @@ def test_an_episode_masks_the_tool_result_and_records_the_turns(tok) -> None:
         assert a.model_mask == [1] * first + [0] * inserted + [1] * (len(a.token_ids) - first - inserted)
         assert a.logprobs[first:first + inserted] == [0.0] * inserted
         # the training sequence is prompt + these tokens: the template's rendering of the conversation
-        assert tok.decode(ids + a.token_ids).endswith("<|im_start|>tool46<|im_end|><|im_start|>assistant46<|endoftext|>")
+        assert tok.decode(ids + a.token_ids).endswith("<|im_start|>tool\n46<|im_end|>\n<|im_start|>assistant\n46<|endoftext|>")
         assert b.model_mask is not None and set(b.model_mask) == {1} and b.episode.turns == 1
         texts, rows, chats = score_inputs([a, b], [{"solution": "46"}] * 2)
         assert texts == ["46", "43"] and rows[0]["tool_calls"][0]["function"]["arguments"] == {"a": 12, "b": 34}
@@ -239,7 +240,7 @@ def test_engine_logprobs_match_the_training_forward_on_multi_turn_episodes(tok) 
     model = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.float32).eval()
     w = _worker(environment="Countdown")
     try:
-        runner = EpisodeRunner(tok, w, "hermes", max_turns=5, max_tokens=60)
+        runner = EpisodeRunner(tok, w, "hermes", max_turns=5, max_tokens=200)
         texts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
                  for q in ("12+34=", "51+7=")]
         prompts = [PromptInput(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
