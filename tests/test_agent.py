@@ -227,6 +227,10 @@ def test_episodes_are_cut_at_the_turn_and_length_limits(tok) -> None:
         [[c]] = short.run(Scripted(tok, [_call(1, 1)]), [PromptInput(ids)], SamplingParams(n=1, max_tokens=short.max_tokens))
         assert c.episode.cut and len(c.token_ids) <= short.max_tokens and set(c.model_mask) == {1}
         assert episode_metrics([c.episode])["episode/cut_frequency"] == 1.0
+        # the model's context window bounds prompt + completion too (vLLM refuses a longer input)
+        narrow = EpisodeRunner(tok, w, "hermes", max_turns=5, max_tokens=400, context=len(ids) + 70)
+        [[c]] = narrow.run(Scripted(tok, [_call(1, 1), "2"]), [PromptInput(ids)], SamplingParams(n=1, max_tokens=400))
+        assert c.episode.cut and len(c.token_ids) <= 70 and c.episode.turns == 1  # the result would not fit
     finally:
         w.close()
 

