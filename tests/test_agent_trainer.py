@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,3 +140,23 @@ def test_vllm_cpu_trains_a_three_turn_environment_with_matching_logprobs(tmp_pat
     assert any(s["turns"] == 3 and [seg["masked"] for seg in s["episode"]] == [False, True, False, True, False]
                for s in samples)
     assert "engine=vllm" in (run.path / "rollout-worker-0.log").read_text()
+
+
+def test_two_ranks_train_episodes_as_one_rank_does(tmp_path, chat_model) -> None:
+    """torchrun with two gloo ranks: rank 0 plays the episodes, each rank trains its half of the rows with their
+    masks; the losses and rewards are the one-rank run's."""
+    one, _ = _train(tmp_path / "one", chat_model, *ENV)
+    spec = _spec(tmp_path / "two", chat_model, *ENV, "resources.nproc_per_node=2")
+    cfg = tmp_path / "two.yaml"
+    cfg.write_text(spec.to_yaml())
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "backend.train", "--config", str(cfg)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    two = RunDir(proc.stdout.splitlines()[0].strip())
+    a, b = read_jsonl(one.metrics_path)[0], read_jsonl(two.metrics_path)[0]
+    assert [r["step"] for r in b] == [1, 2]
+    assert b[0]["reward"] == a[0]["reward"] and b[0]["episode/turns_mean"] == a[0]["episode/turns_mean"]
+    assert a[0]["grad_norm"] > 0  # the episodes carried signal: the comparison is not of zeros
+    assert b[0]["loss"] == pytest.approx(a[0]["loss"], abs=1e-5)
+    assert b[0]["grad_norm"] == pytest.approx(a[0]["grad_norm"], rel=1e-3)
