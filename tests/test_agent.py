@@ -140,6 +140,37 @@ def test_a_broken_tool_file_fails_at_start_with_the_reason(tmp_path) -> None:
         w.start()
 
 
+def test_a_failing_environment_ends_its_episode_and_is_counted(tok) -> None:
+    w = _worker(environment="Broken")
+    try:
+        runner = EpisodeRunner(tok, w, "hermes", max_turns=3, max_tokens=100)
+        ids = tok("1+1=", add_special_tokens=False)["input_ids"]
+        [[c]] = runner.run(Scripted(tok, ["2"]), [PromptInput(ids)], SamplingParams(n=1, max_tokens=100), [{}])
+        assert c.episode.turns == 1 and c.episode.tool_errors == 1 and "env broke" in c.episode.segments[-1].error
+        assert episode_metrics([c.episode])["episode/errors_mean"] == 1.0
+    finally:
+        w.close()
+
+
+def test_a_first_observation_goes_into_the_prompt(tok) -> None:
+    """reset(row) -> "hello <prompt>": the caller re-renders the prompt with it; step() ends with reward 0.5."""
+    w = _worker(environment="Greeter")
+    try:
+        runner = EpisodeRunner(tok, w, "hermes", max_turns=3, max_tokens=100)
+        seen = []
+
+        def reprompt(k, text):
+            seen.append((k, text))
+            return PromptInput(tok(f"1+1= {text}", add_special_tokens=False)["input_ids"])
+
+        [[a, b]] = runner.run(Scripted(tok, ["2", "3"]), [PromptInput(tok("1+1=")["input_ids"])],
+                              SamplingParams(n=2, max_tokens=100), [{"prompt": "1+1="}], reprompt)
+        assert seen == [(0, "hello 1+1=")]
+        assert a.episode.env_reward == 0.5 and b.episode.env_reward == 0.5 and a.episode.turns == 1
+    finally:
+        w.close()
+
+
 def test_environment_instances_are_per_episode() -> None:
     w = _worker(environment="Countdown")
     try:

@@ -338,6 +338,7 @@ def episode_metrics(episodes: list[Episode | None]) -> dict[str, float]:
         "tools/failure_frequency": sum(e.tool_errors for e in eps) / calls if calls else 0.0,
         "episode/turns_mean": sum(e.turns for e in eps) / n,
         "episode/cut_frequency": sum(e.cut for e in eps) / n,
+        "episode/errors_mean": sum(e.tool_errors for e in eps) / n,  # tool and environment failures per episode
         "episode/model_tokens_mean": sum(s.tokens for e in eps for s in e.segments if not s.masked) / n,
     }
 
