@@ -160,3 +160,23 @@ def test_two_ranks_train_episodes_as_one_rank_does(tmp_path, chat_model) -> None
     assert a[0]["grad_norm"] > 0  # the episodes carried signal: the comparison is not of zeros
     assert b[0]["loss"] == pytest.approx(a[0]["loss"], abs=1e-5)
     assert b[0]["grad_norm"] == pytest.approx(a[0]["grad_norm"], rel=1e-3)
+
+
+def test_multimodal_episodes_logprobs_match_the_training_forward(tmp_path) -> None:
+    """The tiny vision-language model plays 3-turn episodes on image prompts: the image inputs go with every turn,
+    and the trainer's own forward (PolicyLogps, M-RoPE positions) gives the engine's logprobs on the model's tokens."""
+    spec = load_spec(ROOT / "presets" / "tiny-vl-counting-cpu.yaml", [
+        f"output.runs_dir={tmp_path / 'runs'}", "output.eval_steps=0", "output.save_steps=0", f"tools.files=[{TOOLS}]",
+        "tools.environment=Countdown", "rollout.max_completion_length=120", "algorithm.prompts_per_step=2",
+        "rollout.num_generations=2"])
+    t = GRPOTrainer(spec, create_run(spec, ROOT), ROOT).setup()
+    try:
+        ro = t.rollouts.make(1, 0)
+        with torch.no_grad():
+            lp = t.logps(t.policy, ro, slice(None)).logps
+    finally:
+        t.cleanup()
+    assert ro.media is not None and ro.metrics["episode/turns_mean"] > 1
+    m = ro.sampled_mask.bool()
+    assert (ro.completion_mask.bool() & ~m).any()  # inserted observations between the turns
+    assert (lp[m] - ro.sampling_logps[m]).abs().max() < 1e-3
