@@ -123,7 +123,10 @@ UI: dict[str, dict[str, str]] = {
     "multimodal": {"en": " · multimodal (vision tower not counted in estimates)", "zh": " · 多模态（估算不含视觉塔）"},
     # data
     "data_upload": {"en": "Upload a data file (JSONL, JSON, CSV, Parquet)", "zh": "上传数据文件（JSONL、JSON、CSV、Parquet）"},
-    "data_uploaded": {"en": "Uploaded to {path} and added to the sources.", "zh": "已上传到 {path} 并加入数据源。"},
+    "data_uploaded": {"en": "Uploaded to {path}; it is now the data source.", "zh": "已上传到 {path}，现为唯一数据源。"},
+    "data_uploaded_added": {"en": "Uploaded to {path} and added to the sources.", "zh": "已上传到 {path} 并加入数据源。"},
+    "data_upload_add": {"en": "Add the upload to the sources instead of replacing them",
+                        "zh": "将上传文件加入数据源（而不是替换）"},
     "data_preview": {"en": "Preview rows as the model sees them", "zh": "预览模型实际看到的输入"},
     "data_columns": {"en": "Columns in {src}: {cols}", "zh": "{src} 中的列：{cols}"},
     "data_preview_error": {"en": "Could not preview: {err}", "zh": "无法预览：{err}"},

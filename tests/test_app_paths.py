@@ -119,3 +119,20 @@ def test_the_login_page_carries_no_api_description() -> None:
     headers, out = asyncio.run(serve(login, b"text/html; charset=utf-8"))
     assert b"/srv/runs" not in out and headers[b"content-length"] == str(len(out)).encode()
     assert asyncio.run(serve(login, b"application/json"))[1] == login  # not a page: untouched
+
+
+def test_a_data_upload_replaces_the_sources_unless_asked_to_add(tmp_path):
+    from app.sections.data import on_upload, sources_after_upload
+
+    ws = Workspace(tmp_path / "ws")
+    (tmp_path / "ws").mkdir()
+    src = tmp_path / "my_add.jsonl"
+    src.write_text('{"prompt": "1+1"}\n')
+    old = "assets/data/add_train.jsonl"
+    sources, msg, preview = on_upload(ws, str(src), old, False, "en")
+    assert sources == "uploads/my_add.jsonl"  # replaced: the preview now reads the upload's rows
+    assert "uploads/my_add.jsonl" in msg and preview == ""  # the old sources' preview is cleared
+    sources, msg, _ = on_upload(ws, str(src), old, True, "zh")
+    assert sources == "assets/data/add_train.jsonl, uploads/my_add.jsonl" and "加入" in msg
+    assert sources_after_upload("a.jsonl\nb.jsonl", "a.jsonl", add=True) == "a.jsonl, b.jsonl"  # not repeated
+    assert on_upload(ws, None, old, False, "en")[1] == ""

@@ -46,6 +46,29 @@ def detect_columns(ctx: BuildContext, sources_text: str, lang: str) -> tuple[lis
     return [], ""
 
 
+def sources_after_upload(sources_text: str, rel: str, add: bool) -> str:
+    """The data.sources text once `rel` is uploaded: by default the upload REPLACES the sources (what was just
+    uploaded is what the user means to train on, and the preview then shows its rows); with `add` it is appended
+    to the current sources (once: a source already listed is not repeated)."""
+    if not add:
+        return rel
+    current = [c.strip() for c in str(sources_text or "").replace("\n", ",").split(",") if c.strip()]
+    return ", ".join(current if rel in current else [*current, rel])
+
+
+def on_upload(workspace: Any, file: str | None, sources_text: str, add: bool, lang: str) -> tuple[Any, str, Any]:
+    """An uploaded data file: copied into uploads/, then the sources (replaced, or added to with `add`), the
+    message, and the preview cleared (it showed the old sources' rows)."""
+    if not file:
+        return gr.skip(), "", gr.skip()
+    try:
+        rel = workspace.save_upload(file, "uploads")
+    except (PathError, OSError) as err:
+        return gr.skip(), f"⚠ {err}", gr.skip()
+    return (sources_after_upload(sources_text, rel, bool(add)),
+            t("data_uploaded_added" if add else "data_uploaded", lang, path=rel), "")
+
+
 def render_preview(rows: list[dict[str, Any]], note: str, lang: str) -> str:
     parts = []
     if note:
@@ -67,6 +90,8 @@ def build(ctx: BuildContext) -> None:
         upload = gr.File(label=t("data_upload", ctx.lang), file_types=[".jsonl", ".json", ".csv", ".parquet"],
                          file_count="single", height=90, scale=1, elem_id="data-upload")
         ctx.reg.label(upload, "data_upload")
+        add = ctx.reg.label(gr.Checkbox(value=False, label=t("data_upload_add", ctx.lang), scale=0, min_width=200,
+                                        elem_id="data-upload-add"), "data_upload_add")
     section_fields("data", ctx.form, ctx.reg, ctx.values, ctx.lang)
     cols_md = gr.Markdown(elem_id="data-columns")
     with gr.Row():
@@ -85,18 +110,8 @@ def build(ctx: BuildContext) -> None:
     for ev in (comps["data.sources"].blur, comps["data.sources"].submit):
         ev(on_sources, [comps["data.sources"], *col_comps, ctx.lang_input], [*col_comps, cols_md], queue=False)
 
-    def on_upload(file: str | None, sources_text: str, lang: str) -> tuple[Any, str]:
-        if not file:
-            return gr.skip(), ""
-        try:
-            rel = ctx.config.workspace.save_upload(file, "uploads")
-        except (PathError, OSError) as err:
-            return gr.skip(), f"⚠ {err}"
-        current = [s for s in str(sources_text or "").replace("\n", ",").split(",") if s.strip()]
-        new = ", ".join([*[c.strip() for c in current], rel]) if rel not in current else sources_text
-        return new, t("data_uploaded", lang, path=rel)
-
-    upload.upload(on_upload, [upload, comps["data.sources"], ctx.lang_input], [comps["data.sources"], cols_md]).then(
+    upload.upload(lambda f, src, a, lang: on_upload(ctx.config.workspace, f, src, a, lang),
+                  [upload, comps["data.sources"], add, ctx.lang_input], [comps["data.sources"], cols_md, preview]).then(
         on_sources, [comps["data.sources"], *col_comps, ctx.lang_input], [*col_comps, cols_md])
 
     def on_preview(lang: str, *values: Any) -> str:
