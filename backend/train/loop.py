@@ -156,7 +156,7 @@ class GRPOTrainer:
         self.run.write_status(state="running", step=self.step, total_steps=a.max_steps, started_at=self.started, error="")
         print(f"training {a.max_steps} steps on {self.device}: {len(self.rollouts.rows)} prompts, "
               f"{self.spec.completions_per_step} completions per step", flush=True)
-        eta, save_every = report.Eta(), self.spec.output.save_steps
+        eta, save_every = report.Eta(period=a.num_iterations), self.spec.output.save_steps
         try:
             try:
                 if self.ranks.any(STOP.is_set()):  # asked to stop while loading

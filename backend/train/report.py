@@ -148,12 +148,38 @@ def metrics_row(step: int, elapsed_s: float, ro: Rollout, train: dict[str, float
     return row
 
 
-class Eta:
-    """Seconds left: the mean of the last 20 steps' wall time times the steps left."""
+def robust_step_s(durations: list[float], period: int = 1) -> float:
+    """Seconds per step from recent step durations, robust to a few slow (or fast) steps.
 
-    def __init__(self, window: int = 20) -> None:
-        self.recent: deque[float] = deque(maxlen=window)
+    The median, not the mean: one slow step (a long rollout, a checkpoint flush, the page cache, another
+    process on the machine) moves a window's mean by outlier/window, a 300 s step among 1 s steps by 15x, and
+    the ETA then swings from minutes to an hour and back; the median moves by at most one rank. With
+    `period` > 1 (num_iterations: a rollout's first step samples and scores, the others only train) the
+    steps do not share one typical duration, so the median is taken over blocks of `period` consecutive
+    steps, counted back from the newest (each block holds exactly one sampling step), as each block's
+    mean: the rate of whole rollouts. Fewer durations than one block: their mean. None: 0.0."""
+    xs = [float(d) for d in durations if d == d and d >= 0]  # NaN and negative clocks are not durations
+    period = max(1, int(period))
+    if len(xs) < period:
+        return sum(xs) / len(xs) if xs else 0.0
+    blocks = [sum(xs[i - period:i]) / period for i in range(len(xs), period - 1, -period)]
+    return float(np.median(blocks))
+
+
+class Eta:
+    """Seconds left: a robust recent rate (`robust_step_s` over the last `window` steps) times the steps left.
+
+    The first step this process times is left out once a second one is timed: it carries the warm-up (the
+    engine's first call, kernel compilation, allocator growth) that no later step repeats."""
+
+    def __init__(self, window: int = 20, period: int = 1) -> None:
+        self.period = max(1, int(period))
+        self.recent: deque[float] = deque(maxlen=max(window, 3 * self.period))
+        self.timed = 0
 
     def update(self, step_s: float, steps_left: int) -> float:
+        if self.timed == 1:
+            self.recent.clear()  # the warm-up step
+        self.timed += 1
         self.recent.append(step_s)
-        return steps_left * sum(self.recent) / len(self.recent)
+        return steps_left * robust_step_s(list(self.recent), self.period)
