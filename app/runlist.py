@@ -68,11 +68,27 @@ class RunInfo:
         end = now if self.active else (self.updated_at or now)
         return max(0.0, end - self.started_at)
 
+    def latest(self) -> Latest:
+        """The step and reward as shown, in the runs table and in the selected run's status line alike."""
+        return latest(self)
+
     def row(self, now: float | None = None) -> list[Any]:
-        total = f"{self.step}/{self.total_steps}" if self.total_steps else str(self.step)
-        reward = "" if self.reward is None else f"{self.reward:.3f}"
-        return [self.run_id, self.preset, self.state, total, reward, format_time(self.created_at or self.started_at),
-                format_duration(self.duration(now))]
+        last = self.latest()
+        return [self.run_id, self.preset, self.state, last.step, last.reward,
+                format_time(self.created_at or self.started_at), format_duration(self.duration(now))]
+
+
+@dataclass(frozen=True)
+class Latest:
+    """A run's latest step and reward, as text: the one reading both the runs table and the status line show
+    (both once disagreed: 1.109 in the table, 1.250 in the line)."""
+    step: str  # "12/100" ("12" without a known total)
+    reward: str  # "1.250"; "" before the first step
+
+
+def latest(info: RunInfo) -> Latest:
+    total = f"{info.step}/{info.total_steps}" if info.total_steps else str(info.step)
+    return Latest(total, "" if info.reward is None else f"{info.reward:.3f}")
 
 
 def _num(v: Any) -> float | None:

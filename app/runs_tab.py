@@ -72,8 +72,9 @@ def progress_html(info: RunInfo | None, tokens_per_s: float | None, lang: str, b
         bits.append(f"{p.step_s:.2f} {t('per_step', lang)}")
     if p.tokens_per_s:
         bits.append(f"{p.tokens_per_s:,.0f} {t('tok_s', lang)}")
-    if info.reward is not None:
-        bits.append(f"reward {info.reward:.3f}")
+    reward = info.latest().reward  # the runs table's own text for this run (RunInfo.row)
+    if reward:
+        bits.append(f"reward {reward}")
     if best is not None:
         text = t("best_checkpoint", lang, step=best.step, metric=best.metric, value=f"{best.value:.3f}")
         bits.append(f'<span id="best-ckpt">{html.escape(text)}</span>')
@@ -218,9 +219,14 @@ class RunsTab:
         now = time.time()
         infos, rows = runs_table(self.config.runs_dir, now)
         ids = [i.run_id for i in infos]
-        # The table redraws at once when runs come, go or change state; for new steps and rewards at most every
-        # TABLE_REDRAW_S (the progress bar shows the selected run live; a table redraw is not cheap in the page).
-        shape = (tuple((r[0], r[2]) for r in rows), lang)
+        if run_id not in ids:
+            run_id = ids[0] if ids else None
+        m["run_id"] = run_id
+        # The table redraws at once when runs come, go or change state, and when the selected run's row changes
+        # (its step and reward are the status line's: the two never disagree); other runs' new steps and
+        # rewards at most every TABLE_REDRAW_S (a table redraw is not cheap in the page).
+        selected = next((tuple(r[:-1]) for r in rows if r[0] == run_id), None)
+        shape = (tuple((r[0], r[2]) for r in rows), lang, selected)
         content = tuple(tuple(r[:-1]) for r in rows)
         prev = sess.get("table")
         if prev is None or prev[0] != shape or (prev[1] != content and now - prev[2] >= TABLE_REDRAW_S):
@@ -228,9 +234,6 @@ class RunsTab:
             sess["table"] = (shape, content, now)
         else:
             table_up = gr.skip()
-        if run_id not in ids:
-            run_id = ids[0] if ids else None
-        m["run_id"] = run_id
         select_sig = (tuple(ids), run_id)
         select_up = gr.skip() if sess.get("select") == select_sig else gr.update(choices=ids, value=run_id)
         sess["select"] = select_sig

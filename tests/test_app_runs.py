@@ -288,3 +288,30 @@ def test_refresh_greys_resume_and_clears_the_kill_hint(tmp_path):
     out = dict(zip(names, tab.refresh(m), strict=False))
     assert not out["resume"]["interactive"] and "finished" in out["hint"]
     assert "finished" in tab.on_resume(run.run_id, "en")  # a click from a stale page is refused, saying why
+
+
+def test_the_runs_table_and_the_status_line_show_one_reading(tmp_path):
+    """A new step of the selected run redraws its table row on the same tick as the status line, from the same
+    read (the table's throttle once left the row a few steps behind: reward 1.109 beside a status line's 1.250)."""
+    import gradio as gr
+    import psutil
+
+    from app.fields import Registry
+    from app.page import session_defaults
+    from app.runs_tab import RunsTab
+
+    config = StudioConfig.create(tmp_path, tmp_path / "runs")
+    run = make_run(config.runs_dir, "20260101-000000-a-0001", "running", steps=3, pid=os.getpid())
+    run.write_status(pid_create_time=psutil.Process().create_time(), reward=1.109)
+    with gr.Blocks():
+        tab = RunsTab(config, Registry(), gr.State("en"))
+    m = session_defaults("en", None)
+    outs = tab.refresh_outputs()
+    first = tab.refresh(m)
+    assert first[outs.index(tab.table)]["data"][0][4] == "1.109" and "reward 1.109" in first[outs.index(tab.progress)]
+    run.write_status(step=4, reward=1.25)  # the next step, a moment later (within the table's throttle)
+    second = tab.refresh(m)
+    row = second[outs.index(tab.table)]["data"][0]
+    assert row[3:5] == ["4/10", "1.250"] and "reward 1.250" in second[outs.index(tab.progress)]
+    info = run_info(run)
+    assert info.latest().reward == info.row()[4] == "1.250"
