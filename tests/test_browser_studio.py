@@ -361,6 +361,29 @@ async def _soak(url: str, sessions: int, rounds: int) -> tuple[list[tuple[str, f
     return timings, pings
 
 
+def test_an_upload_replaces_the_sources_and_the_preview_shows_it(env, tmp_path):
+    """Uploading a data file makes it the data source (the preview then reads its rows); the checkbox beside
+    the upload adds it to the sources instead."""
+    name = f"upl_{os.getpid()}_{int(time.time())}.jsonl"
+    src = tmp_path / name
+    src.write_text('{"prompt": "UPLOADED 7+8=", "solution": "15"}\n')
+    page = new_page(env["browser"], env["studio"].url)
+    sources = page.locator("#field-data-sources textarea, #field-data-sources input").first
+    try:
+        page.locator("#data-upload input[type=file]").set_input_files(str(src))
+        expect(sources).to_have_value(f"uploads/{name}", timeout=30_000)
+        page.locator("#data-preview-btn").click()
+        expect(page.locator("#data-preview .gs-rendered").first).to_contain_text("UPLOADED 7+8=", timeout=60_000)
+        sources.fill("assets/data/add_train.jsonl")
+        page.locator("#data-upload-add input").check()
+        page.locator("#data-upload button[aria-label='Clear']").click()  # the upload box shows the last file
+        page.locator("#data-upload input[type=file]").set_input_files(str(src))
+        expect(sources).to_have_value(f"assets/data/add_train.jsonl, uploads/{name}", timeout=30_000)
+    finally:
+        (ROOT / "uploads" / name).unlink(missing_ok=True)
+        page.close()
+
+
 def test_soak_five_sessions_while_training(env):
     """5 browser sessions on the live dashboard while a run trains: every page action answers, none stalls.
 
