@@ -44,6 +44,7 @@ def env(tmp_path_factory):
     runs = ws / "runs"
     runs.mkdir()
     make_agent_run(runs, RUN_ID)
+    real = _real_tool_run(runs)
     port = free_port()
     log = (ARTIFACTS / "studio-agent.log").open("a")
     proc = subprocess.Popen([sys.executable, "launch.py", "--port", str(port), "--runs-dir", str(runs),
@@ -66,7 +67,7 @@ def env(tmp_path_factory):
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            yield {"url": url, "browser": browser, "ws": ws}
+            yield {"url": url, "browser": browser, "ws": ws, "real": real}
             browser.close()
     finally:
         proc.send_signal(signal.SIGINT)
@@ -76,6 +77,40 @@ def env(tmp_path_factory):
             proc.kill()
             proc.wait()
         log.close()
+
+
+def _real_tool_run(runs: Path) -> str:
+    """A real agentic run: the tiny tool-use preset trained for 3 steps by the trainer (not written by hand)."""
+    from backend.rundir import create_run
+    from backend.spec import load_spec
+    from backend.train.loop import GRPOTrainer
+
+    spec = load_spec(ROOT / "presets" / "tiny-tools-cpu.yaml", [f"output.runs_dir={runs}", "algorithm.max_steps=3",
+                                                               "output.eval_steps=0", "output.save_steps=0"])
+    run = create_run(spec, ROOT)
+    GRPOTrainer(spec, run, ROOT).setup().train()
+    return run.path.name
+
+
+def test_runs_page_shows_a_real_tool_run_turn_by_turn(env):
+    """The trainer's own samples of the tiny tool-use run: an episode with a tool call, its result (masked) and
+    the answer, as the trainer wrote them."""
+    page = new_page(env["browser"], env["url"] + f"runs?run={env['real']}", "#runs-table")
+    expect(page.locator("#run-select input")).to_have_value(env["real"], timeout=30_000)
+    view = page.locator("#samples-view")
+    expect(view.locator(".gs-episode").first).to_be_visible(timeout=30_000)
+    tool_eps = view.locator(".gs-episode", has=page.locator(".gs-seg[data-role='tool']"))
+    expect(tool_eps.first).to_be_visible(timeout=30_000)
+    segs = tool_eps.first.locator(".gs-seg")
+    roles = [segs.nth(i).get_attribute("data-role") for i in range(segs.count())]
+    assert roles[:3] == ["assistant", "tool", "assistant"], roles
+    expect(segs.nth(0).locator(".gs-call-name")).to_have_text("add")
+    expect(segs.nth(1).locator(".gs-not-trained")).to_have_count(1)
+    expect(segs.nth(0).locator(".gs-not-trained")).to_have_count(0)
+    page.wait_for_function("document.querySelectorAll('#chart-tools .scatterlayer .trace').length >= 1")
+    tool_eps.first.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "24-agent-real-run.png"), full_page=True)
+    page.close()
 
 
 def test_runs_page_shows_a_multi_turn_sample_turn_by_turn(env):
