@@ -27,19 +27,15 @@ import inspect
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field
-from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from backend.procs import exit_with_group, kill_group, spawn_group, watch_parent
-from backend.rewards.worker import STARTUP_TIMEOUT_S, WorkerError, describe_exception, exit_reason
+from backend.procs import exit_with_group, watch_parent
+from backend.rewards.worker import STARTUP_TIMEOUT_S, WorkerProcess, describe_exception, exit_reason
 
 MARGIN_S = 5.0  # the parent's allowance beyond the items' own timeouts (pickling, a slow start of a call)
 
@@ -239,49 +235,27 @@ def main(fd: int) -> None:
 
 # ----------------------------------------------------------------------------- parent side
 
-class EnvWorker:
+class EnvWorker(WorkerProcess):
     """The tools' or environment's process; see the module docstring."""
 
     def __init__(self, files: list[str], functions: list[str], environment: str, timeout_s: float,
                  max_result_chars: int):
+        super().__init__()
         self.init = {"files": files, "functions": functions, "environment": environment, "timeout_s": timeout_s,
                      "max_result_chars": max_result_chars}
         self.timeout_s = float(timeout_s)
         self.schemas: list[dict[str, Any]] = []
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.conn: Connection | None = None
-        self.starts = 0
         self._batch = 0
         self._lock = threading.Lock()  # the async rollout thread and the trainer's eval may both run episodes
-        self._finalizer: weakref.finalize | None = None
 
     @property
     def stateful(self) -> bool:
         return bool(self.init["environment"])
 
     def start(self) -> None:
-        self.kill()
-        parent, child = Pipe(duplex=True)
-        fd = child.fileno()
         # -c, not -m: the package's __init__ imports this module, and runpy would then run a second copy of it
-        self.proc = spawn_group([sys.executable, "-c", "import sys; from backend.agent.worker import main; "
-                                 "main(int(sys.argv[1]))", str(fd)], stdout=2, stderr=None, pass_fds=(fd,))
-        child.close()
-        self.conn = parent
-        self.starts += 1
-        self._finalizer = weakref.finalize(self, kill_group, self.proc, 0.0)
-        try:
-            parent.send(("init", self.init))
-            if not parent.poll(STARTUP_TIMEOUT_S):
-                self.kill()
-                raise WorkerError(f"the tool worker did not start within {STARTUP_TIMEOUT_S:g}s (an import that hangs?)")
-            msg = parent.recv()
-        except (EOFError, OSError):
-            code = self.kill()
-            raise WorkerError(f"the tool worker {exit_reason(code)} while loading the tools") from None
-        if msg[0] == "init_error":
-            self.kill()
-            raise WorkerError(f"the tools could not be loaded: {msg[1]}")
+        msg = self._launch(["-c", "import sys; from backend.agent.worker import main; main(int(sys.argv[1]))"],
+                           "the tool worker", "the tools", STARTUP_TIMEOUT_S)
         self.schemas = msg[2]
 
     def reset(self, items: list[tuple[int, dict[str, Any]]]) -> list[StepResult]:
@@ -302,7 +276,7 @@ class EnvWorker:
         if not items:
             return []
         with self._lock:
-            if self.proc is None or self.proc.poll() is not None or self.conn is None:
+            if not self.alive:
                 self.start()
             assert self.conn is not None
             self._batch += 1
@@ -336,22 +310,3 @@ class EnvWorker:
                     for c in calls]
             return StepResult(msgs, False, None, len(calls), [why] * len(calls), seconds=seconds)
         return StepResult([], True, None, 0, [why], lost=True, seconds=seconds)
-
-    def kill(self) -> int | None:
-        code = kill_group(self.proc, grace_s=0.0)
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        if self.conn is not None:
-            self.conn.close()
-        self.proc, self.conn, self._finalizer = None, None, None
-        return code
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None and self.conn is not None:
-            try:
-                self.conn.send(("stop",))
-                self.proc.wait(timeout=2)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
-

@@ -215,46 +215,81 @@ def exit_reason(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-class RewardWorker:
-    """One worker process for the functions `init["functions"]` ({column index: kind/name/params})."""
+class WorkerProcess:
+    """The lifecycle both isolated workers share (this one, and the tool worker in backend.agent.worker): a fresh
+    interpreter leading its own process group, a socket pair, an "init" message answered by "ready" or
+    "init_error" within the startup timeout, kill (the whole group, now) and close (ask, then make sure)."""
 
-    def __init__(self, init: dict[str, Any], timeout_s: float):
-        self.init = init
-        self.timeout_s = float(timeout_s)
+    init: dict[str, Any]
+
+    def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.conn: Connection | None = None
         self.starts = 0
-        self._batch = 0
         self._finalizer: weakref.finalize | None = None
-        self._last_exit: int | None = None
 
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and self.conn is not None
 
-    def start(self) -> None:
+    def _launch(self, argv: list[str], what: str, loads: str, wait_s: float) -> tuple[Any, ...]:
+        """Start `python argv... FD`, send the init message; the "ready" message, or WorkerError saying why not."""
         self.kill()
         parent, child = Pipe(duplex=True)
         fd = child.fileno()
-        self.proc = spawn_group([sys.executable, "-m", "backend.rewards.worker", str(fd)], stdout=2, stderr=None,
-                                pass_fds=(fd,))
+        self.proc = spawn_group([sys.executable, *argv, str(fd)], stdout=2, stderr=None, pass_fds=(fd,))
         child.close()
         self.conn = parent
         self.starts += 1
         self._finalizer = weakref.finalize(self, kill_group, self.proc, 0.0)
-        wait = max(self.timeout_s, STARTUP_TIMEOUT_S)
         try:
             parent.send(("init", self.init))
-            if not parent.poll(wait):
+            if not parent.poll(wait_s):
                 self.kill()
-                raise WorkerError(f"reward worker did not start within {wait:g}s (a plugin import that hangs?)")
+                raise WorkerError(f"{what} did not start within {wait_s:g}s (an import that hangs?)")
             msg = parent.recv()
         except (EOFError, OSError):
             code = self.kill()
-            raise WorkerError(f"reward worker {exit_reason(code)} while starting") from None
+            raise WorkerError(f"{what} {exit_reason(code)} while starting") from None
         if msg[0] == "init_error":
             self.kill()
-            raise WorkerError(f"reward worker could not load the rewards: {msg[1]}")
+            raise WorkerError(f"{what} could not load {loads}: {msg[1]}")
+        return msg
+
+    def kill(self) -> int | None:
+        """Kill the worker's process group now; returns its exit code (None if there was none)."""
+        code = kill_group(self.proc, grace_s=0.0)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        if self.conn is not None:
+            self.conn.close()
+        self.proc, self.conn, self._finalizer = None, None, None
+        return code
+
+    def close(self) -> None:
+        """Ask the worker to stop, then make sure it has (safe to call twice)."""
+        if self.alive:
+            assert self.conn is not None and self.proc is not None
+            try:
+                self.conn.send(("stop",))
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+
+class RewardWorker(WorkerProcess):
+    """One worker process for the functions `init["functions"]` ({column index: kind/name/params})."""
+
+    def __init__(self, init: dict[str, Any], timeout_s: float):
+        super().__init__()
+        self.init = init
+        self.timeout_s = float(timeout_s)
+        self._batch = 0
+        self._last_exit: int | None = None
+
+    def start(self) -> None:
+        self._launch(["-m", "backend.rewards.worker"], "reward worker", "the rewards", max(self.timeout_s, STARTUP_TIMEOUT_S))
 
     def run(self, indices: list[int], payload: dict[str, Any]) -> Iterator[tuple[int, str, Any, float]]:
         """Send the batch now, and return an iterator of (j, outcome, value, seconds) per function in order:
@@ -308,27 +343,6 @@ class RewardWorker:
                 pending.pop(0)
                 t_last = time.monotonic()
                 yield j, kind, value, seconds
-
-    def kill(self) -> int | None:
-        """Kill the worker's process group now; returns its exit code (None if there was none)."""
-        code = kill_group(self.proc, grace_s=0.0)
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        if self.conn is not None:
-            self.conn.close()
-        self.proc, self.conn, self._finalizer = None, None, None
-        return code
-
-    def close(self) -> None:
-        """Ask the worker to stop, then make sure it has (safe to call twice)."""
-        if self.alive:
-            assert self.conn is not None and self.proc is not None
-            try:
-                self.conn.send(("stop",))
-                self.proc.wait(timeout=2)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
 
 
 if __name__ == "__main__":
