@@ -8,11 +8,38 @@ from pathlib import Path
 import pytest
 import torch
 
+from backend.train import telemetry
 from backend.train.telemetry import GB, Telemetry, peak_rss, reset_peak_rss
 
-pytestmark = pytest.mark.skipif(not reset_peak_rss(), reason="needs Linux's /proc/self/clear_refs")
+
+def _mark_resets() -> bool:
+    """Whether this kernel resets the high-water mark: after 128 MB touched and freed, a reset must bring it down."""
+    x = torch.ones(128 << 20 >> 2)
+    del x
+    return reset_peak_rss()
 
 
+resets = pytest.mark.skipif(not _mark_resets(), reason="this kernel does not reset VmHWM through /proc/self/clear_refs")
+
+
+def test_a_kernel_that_keeps_the_mark_gets_no_figure(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI's kernel took the clear_refs write and kept the lifetime peak, and every phase reported it
+    fake = {"VmHWM": 3 * GB, "VmRSS": 1 * GB}
+    monkeypatch.setattr(telemetry, "_vm", fake.get)
+    monkeypatch.setattr(telemetry.Path, "write_text", lambda self, text: len(text))
+    assert not reset_peak_rss()
+    tel = Telemetry()
+    with tel.phase("rollout"):
+        pass
+    assert "system/peak_gb/rollout" not in tel.sample()
+    fake["VmHWM"] = 1 * GB + (1 << 20)  # a mark that came down, give or take a thread's megabyte
+    assert reset_peak_rss()
+    with tel.phase("rollout"):
+        pass
+    assert tel.sample()["system/peak_gb/rollout"] == pytest.approx(1 + 1 / 1024)
+
+
+@resets
 def test_a_phase_reports_its_own_peak() -> None:
     tel = Telemetry()
     with tel.phase("big"):
@@ -29,6 +56,7 @@ def test_a_phase_reports_its_own_peak() -> None:
     assert "system/peak_gb/big" not in tel.sample()  # reported once, with the step that ran it
 
 
+@resets
 def test_the_trainer_logs_the_peak_of_each_phase(tmp_path: Path) -> None:
     from tests.test_trainer import metrics, train
 

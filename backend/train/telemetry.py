@@ -5,7 +5,8 @@ of each phase of a step.
 step); `sample()` returns `system/peak_gb/<name>` for the phases that ran since the last sample: the process's
 peak resident memory while the phase ran (Linux: the high-water mark is reset at the phase's start through
 /proc/self/clear_refs and read from /proc/self/status), and on GPU the device's peak allocated memory
-(`system/peak_gpu_gb/<name>`). Where the high-water mark cannot be reset the CPU figure is left out rather than
+(`system/peak_gpu_gb/<name>`). Where the high-water mark cannot be reset (no /proc, or a kernel that takes the
+write and keeps the mark: `reset_peak_rss` checks the mark came down) the CPU figure is left out rather than
 reported as the process's lifetime peak. A phase's figure includes what the process already held when it began
 (the weights, and freed memory the allocator keeps), so it is the process's peak during the phase, not the
 phase's own allocations; an async rollout runs beside training, so its figures are those of both.
@@ -23,24 +24,36 @@ import torch
 GB = 2**30
 
 
-def reset_peak_rss() -> bool:
-    """Reset this process's resident-memory high-water mark (Linux); False where it cannot."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
+# After a reset the high-water mark equals the resident size, give or take what another thread allocated or
+# freed in between; a larger gap means the kernel took the write but did not reset (seen on CI's kernel).
+RESET_SLACK = 32 << 20
 
 
-def peak_rss() -> int | None:
-    """This process's resident-memory high-water mark in bytes (VmHWM), or None where unknown."""
+def _vm(key: str) -> int | None:
+    """A byte figure from /proc/self/status (VmHWM, VmRSS), or None where unknown."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's resident-memory high-water mark (Linux); False where it cannot, or where the write
+    was taken but the mark did not come down to the resident size."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    hwm, rss = _vm("VmHWM"), _vm("VmRSS")
+    return hwm is not None and rss is not None and hwm - rss <= RESET_SLACK
+
+
+def peak_rss() -> int | None:
+    """This process's resident-memory high-water mark in bytes (VmHWM), or None where unknown."""
+    return _vm("VmHWM")
 
 
 class Telemetry:
