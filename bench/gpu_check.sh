@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# One prepared GPU check, at most 10 minutes, installing nothing from a network (see bench/gpu_check.py):
-# the trainer in bf16 with the transformers engine, a random-initialised Qwen2.5-1.5B-sized model against
-# TRL on the same GPU, and vLLM where this machine's venv has it. Run it from the repo root with the
-# project's venv present:   bash bench/gpu_check.sh
+# One prepared GPU check, under 8 minutes, installing nothing from a network (bench/gpu_check.py): a random
+# model of Qwen2.5-1.5B's shape at 1,024-token completions, our trainer and TRL's, memory by phase and s/step.
+#   bash bench/gpu_check.sh [bench.gpu_check options, e.g. --device cpu --shape small --tokens 32]
+# The interpreter: $PYTHON, else .venv/bin/python, else python3. Where it lacks the floor's modules, the wheels
+# carried in .gpu-wheels (bench/gpu_wheels.sh; or $GPU_WHEELS) are installed into .gpu-site (or $GPU_SITE) first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-py="${PYTHON:-.venv/bin/python}"
-[ -x "$py" ] || py=python3
-nvidia-smi --query-gpu=index,name,memory.total --format=csv || { echo "no GPU visible"; exit 1; }
+py="${PYTHON:-}"
+[ -n "$py" ] || { [ -x .venv/bin/python ] && py=.venv/bin/python; } || py=python3
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-timeout 590 "$py" -m bench.gpu_check
+wheels="${GPU_WHEELS:-.gpu-wheels}" site="${GPU_SITE:-$PWD/.gpu-site}"
+if ! "$py" -c "import pydantic, datasets" 2>/dev/null; then
+  [ -d "$wheels" ] || { echo "$py lacks pydantic/datasets and no $wheels was carried (bash bench/gpu_wheels.sh)"; exit 2; }
+  [ -d "$site" ] || "$py" -m pip install --quiet --no-index --no-deps --target "$site" "$wheels"/*.whl || exit 2
+  export PYTHONPATH="$site:$PYTHONPATH"
+fi
+case " $* " in *" --device cpu "*|*" --floor "*) ;; *) nvidia-smi --query-gpu=index,name,memory.total --format=csv || true ;; esac
+timeout 470 "$py" -m bench.gpu_check "$@"

@@ -34,8 +34,10 @@ from bench.common import ROOT
 GB = 2**30
 
 
-def make_model(dest: Path, vocab: int) -> Path:
-    """The random Qwen2 with a `vocab`-token tokenizer (the tiny one's, widened), saved in `dest`."""
+def make_model(dest: Path, vocab: int, config: dict | None = None, device: str = "cpu") -> Path:
+    """The random Qwen2 with a `vocab`-token tokenizer (the tiny one's, widened), saved in `dest`: the tiny model's
+    size with an untied head, or `config`'s sizes over it (bench.gpu_check's 1.5B shape), float32 on CPU and bf16 on
+    CUDA."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
@@ -52,8 +54,15 @@ def make_model(dest: Path, vocab: int) -> Path:
     tok.save_pretrained(dest)
     cfg = AutoConfig.from_pretrained(src)
     cfg.vocab_size, cfg.tie_word_embeddings, cfg.max_position_embeddings = vocab, False, 4096
+    for k, v in (config or {}).items():
+        setattr(cfg, k, v)
+    if config:
+        cfg.head_dim = cfg.hidden_size // cfg.num_attention_heads
+        cfg.layer_types = ["full_attention"] * cfg.num_hidden_layers
     torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(dest)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16 if device == "cuda" else torch.float32)
+    model.save_pretrained(dest)
     return dest
 
 
