@@ -165,16 +165,43 @@ def footprint(spec: RunSpec, shape: ModelShape, prompt_tokens: int = 256) -> Foo
     return Footprint(weights, trainable * _FLOAT, 2 * trainable * _FLOAT, reference, logits, activations, engine)
 
 
+def colocated_need(spec: RunSpec, fp: Footprint, gpu_bytes: float) -> int:
+    """What a training GPU must hold when a vLLM / LMDeploy engine shares it (placement colocate): the engine
+    reserves gpu_memory_utilization of the GPU. Awake all along, it sits beside the training peak; asleep while
+    training (rollout.sleep), it wakes beside what training keeps resident (weights, AdamW's moments, the
+    reference), and the training peak needs the GPU alone. 0 when no such engine shares the GPU."""
+    r = spec.rollout
+    if r.engine == "hf" or r.placement != "colocate" or spec.rollout_in_workers:
+        return 0
+    reserve = int(r.gpu_memory_utilization * gpu_bytes)
+    if not r.sleep:
+        return fp.total + reserve
+    return max(fp.total, fp.weights + fp.optimizer + fp.reference + reserve)
+
+
 def memory_issues(spec: RunSpec, base_dir: str | Path, machine: Machine) -> list[SpecIssue]:
     """A refusal when the estimate exceeds the memory a training process has (the smallest training GPU's, else
-    the host's RAM), naming what lowers the largest parts; [] when it fits or the model's shape is unknown."""
+    the host's RAM), naming what lowers the largest parts; [] when it fits or the model's shape is unknown. On a
+    GPU shared with a colocated engine, its reserve counts too (`colocated_need`)."""
     shape = spec_shape(spec, base_dir)
     if shape is None:
         return []
     fp = footprint(spec, shape)
     gpu = spec.on_gpu(bool(machine.gpus))
     have = min((g.memory_gib for g in machine.gpus), default=0.0) * GIB if gpu else machine.ram_gib * GIB
-    if not have or fp.total <= have:
+    if not have:
+        return []
+    shared = colocated_need(spec, fp, have) if gpu else 0
+    if shared > have:
+        r = spec.rollout
+        awake = "asleep while training" if r.sleep else "awake all along (rollout.sleep off)"
+        return [SpecIssue("rollout.gpu_memory_utilization",
+                          f"training (about {fp.total / GIB:.1f} GiB) and the colocated {r.engine} engine "
+                          f"({r.gpu_memory_utilization:.0%} of the GPU, {awake}) need about {shared / GIB:.1f} GiB, "
+                          f"more than one {have / GIB:.0f} GiB GPU: "
+                          + ("turn on rollout.sleep, " if not r.sleep else "")
+                          + "lower rollout.gpu_memory_utilization, or use rollout.placement separate")]
+    if fp.total <= have:
         return []
     big = sorted(fp.parts().items(), key=lambda kv: -kv[1])[:3]
     lower = "; ".join(f"{k} {v / GIB:.1f} GiB: {_REMEDIES[k]}" for k, v in big if v)

@@ -49,23 +49,16 @@ def gpu_roles(spec: RunSpec, machine: Machine) -> dict[int, str]:
 
 
 def memory_estimate(spec: RunSpec, params: int, machine: Machine) -> list[str]:
-    """The engine's share of each GPU from the parameter count, dtype and memory fraction (a planning aid; the
-    training process's parts are backend.footprint's)."""
+    """The engine's share of each rollout GPU from the parameter count, dtype and memory fraction (a planning aid;
+    the training process's parts, and whether training fits beside a colocated engine, are backend.footprint's)."""
     r, m = spec.rollout, spec.model
     gib = 1024 ** 3
-    b = _BYTES.get(m.dtype, 2)
-    train = params * (16 if m.finetune == "full" else b) / gib  # full: fp32 master + grad + Adam moments
-    engine = params * b / r.tensor_parallel_size / gib
+    engine = params * _BYTES.get(m.dtype, 2) / r.tensor_parallel_size / gib
     lines = [f"{engine:.1f} GiB of weights per rollout GPU (+ KV cache up to {r.gpu_memory_utilization:.0%} of the GPU)"]
     mem = min((g.memory_gib for g in machine.gpus), default=0.0)
-    if mem:
-        budget = mem * r.gpu_memory_utilization
-        if engine > budget:
-            lines.append(f"⚠ the engine's weights ({engine:.1f} GiB per GPU) exceed {r.gpu_memory_utilization:.0%} of "
-                         f"a {mem:.0f} GiB GPU: raise tensor_parallel_size or gpu_memory_utilization")
-        if r.placement == "colocate" and train + (budget if not r.sleep else engine) > mem:
-            lines.append(f"⚠ colocated training ({train:.1f} GiB) and the engine do not fit one {mem:.0f} GiB GPU: "
-                         "turn on rollout.sleep, lower gpu_memory_utilization, or use placement separate")
+    if mem and engine > mem * r.gpu_memory_utilization:
+        lines.append(f"⚠ the engine's weights ({engine:.1f} GiB per GPU) exceed {r.gpu_memory_utilization:.0%} of "
+                     f"a {mem:.0f} GiB GPU: raise tensor_parallel_size or gpu_memory_utilization")
     return lines
 
 

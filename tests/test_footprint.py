@@ -71,3 +71,29 @@ def test_the_estimate_is_near_what_bench_memory_measured() -> None:
     above = fp.logits + fp.activations + fp.engine + fp.reference
     measured = 1.23e9
     assert measured / 2 < above < measured * 2, above / GIB
+
+
+def test_a_colocated_engine_reserve_counts_against_the_training_gpu() -> None:
+    from backend.footprint import colocated_need
+    from backend.machine import GPU
+
+    s = load_spec(TINY, ["resources.device=cuda", "rollout.engine=vllm", "rollout.placement=colocate",
+                         "rollout.gpu_memory_utilization=0.5", "rollout.sleep=false"])
+    fp = footprint(s, spec_shape(s, ROOT))
+    gpu = 4 * fp.total  # training alone takes a quarter of this GPU
+    machine = Machine(gpus=(GPU(0, "test GPU", gpu / GIB),))
+    assert colocated_need(s, fp, gpu) == fp.total + gpu // 2
+    assert memory_issues(s, ROOT, machine) == []  # 1/4 + 1/2 of the GPU fits
+    greedy = s.model_copy(deep=True)
+    greedy.rollout.gpu_memory_utilization = 0.9  # 1/4 + 0.9 does not
+    (issue,) = memory_issues(greedy, ROOT, machine)
+    assert issue.field == "rollout.gpu_memory_utilization"
+    assert "turn on rollout.sleep" in issue.message and "placement separate" in issue.message, issue.message
+    asleep = greedy.model_copy(deep=True)
+    asleep.rollout.sleep = True  # it wakes beside weights + AdamW's moments (3/4 of training's peak): still too much
+    assert colocated_need(asleep, fp, gpu) == fp.weights + fp.optimizer + fp.reference + int(0.9 * gpu)
+    asleep.rollout.gpu_memory_utilization = 0.3
+    assert memory_issues(asleep, ROOT, machine) == []
+    hf = s.model_copy(deep=True)
+    hf.rollout.engine = "hf"  # shares the policy's weights: no reserve
+    assert colocated_need(hf, fp, gpu) == 0
