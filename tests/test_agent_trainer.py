@@ -23,16 +23,19 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tests" / "data" / "agent" / "tools.py"
 
 
-@pytest.fixture(scope="module")
-def chat_model(tmp_path_factory) -> Path:
-    """The tiny model with a chat template (the shipped one has none: it is prompted with raw text)."""
-    d = tmp_path_factory.mktemp("model") / "tiny-chat"
+def tiny_chat_model(d: Path) -> Path:
+    """The tiny model with a chat template in `d` (the shipped one has none: it is prompted with raw text)."""
     shutil.copytree(ROOT / "assets" / "tiny-add", d)
     (d / "chat_template.jinja").write_text(TEMPLATE)
     cfg = json.loads((d / "config.json").read_text())
     cfg["max_position_embeddings"] = 256  # room for 3 turns (RoPE: the weights do not change); vLLM holds to it
     (d / "config.json").write_text(json.dumps(cfg))
     return d
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory) -> Path:
+    return tiny_chat_model(tmp_path_factory.mktemp("model") / "tiny-chat")
 
 
 def _spec(tmp_path: Path, model: Path, *overrides: str):

@@ -88,3 +88,21 @@ def test_check_cli_bad_spec(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     bad.write_text("rewards:\n  functions:\n    - {name: repetition, params: {ngram_size: 0}}\n")
     assert main(["check", "--spec", str(bad), "--base-dir", str(ROOT)]) == 2
     assert "ngram_size" in capsys.readouterr().err
+
+
+def test_check_plays_episodes_when_the_spec_has_an_environment(tmp_path: Path) -> None:
+    """With tools or an environment, the model's completions are whole episodes, scored as the trainer scores them."""
+    from tests.test_agent_trainer import TOOLS, tiny_chat_model
+
+    model = tiny_chat_model(tmp_path / "tiny-chat")
+    spec = load_spec(TINY, [f"model.name_or_path={model}", f"tools.files=[{TOOLS}]", "tools.environment=Countdown",
+                            "rollout.max_turns=5", "rollout.max_completion_length=160",
+                            "rewards.functions=[{name: exact_match}, {name: env_reward}]"])
+    result = run_check(spec, rows=3, completions="model", base_dir=ROOT)
+    model_rows = [s for s in result.samples if s["source"] == "model"]
+    assert len(model_rows) == 3
+    for s in model_rows:
+        assert s["turns"] == 3 and [seg["role"] for seg in s["episode"]][:2] == ["assistant", "user"], s
+        assert s["rewards"]["env_reward"] is not None and 0 <= s["rewards"]["env_reward"] <= 3
+    env = next(f for f in result.functions if f["function"] == "env_reward" and f["source"] == "model")
+    assert env["scored"] == 3 and env["errors"] == 0

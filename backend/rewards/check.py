@@ -1,7 +1,9 @@
 """Test a RunSpec's rewards on a few dataset rows, before launching a run.
 
 Completions are the rows' own solutions (through a template, so format rewards can be checked too:
-"<think>…</think><answer>{solution}</answer>"), and/or completions sampled from the spec's model.
+"<think>…</think><answer>{solution}</answer>"), and/or completions sampled from the spec's model: with tools or an
+environment (the spec's `tools` section), whole episodes played as the trainer plays them, scored as the trainer
+scores them (built-ins on the final answer, plugins on the chat messages, the `tool_calls` / `env_reward` columns).
 Everything is scored in the reward worker (isolate_builtins=True), so a caller in the studio never
 runs reward code in its own process, and failures are reported per function instead of raised.
 
@@ -20,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from backend.agent.episodes import sample_fields
 from backend.rewards.plugins import read_plugin
 from backend.rewards.registry import BUILTIN_REWARDS
 from backend.rewards.scorer import RewardScorer
@@ -101,11 +104,26 @@ def _fill(template: str, row: dict[str, Any]) -> str:
                          f"(columns: {', '.join(sorted(row))})") from None
 
 
-def _model_completions(spec: RunSpec, base_dir: Path, tokenizer: Any, prompts: list[str], device: str
-                       ) -> tuple[list[str], list[list[int]]]:
-    """One sampled completion per prompt from the spec's model, with the spec's sampling settings."""
+@dataclass
+class Sampled:
+    """The model's completions of the check's prompts: what the scorer takes of them (an episode's final answer,
+    its rows with `tool_calls` / `env_reward`, its chat messages for plugins) and the episodes for the samples."""
+    texts: list[str]
+    ids: list[list[int]]
+    rows: list[dict[str, Any]]
+    conversations: list[list[dict[str, Any]]] | None = None
+    episodes: list[Any] = field(default_factory=list)
+
+
+def _model_completions(spec: RunSpec, base_dir: Path, tokenizer: Any, rows: list[dict[str, Any]], device: str
+                       ) -> Sampled:
+    """One sampled completion per row from the spec's model, with the spec's sampling settings; with tools or an
+    environment (spec.tools), one episode per row, played as the trainer plays them (backend.agent)."""
     import torch
 
+    from backend.agent import Agent, context_window
+    from backend.agent.episodes import score_inputs
+    from backend.data import render_prompt
     from backend.models import load_base
     from backend.rollout.base import PromptInput, SamplingParams
     from backend.rollout.hf import HFEngine
@@ -116,9 +134,25 @@ def _model_completions(spec: RunSpec, base_dir: Path, tokenizer: Any, prompts: l
     r = spec.rollout
     sampling = SamplingParams(n=1, max_tokens=r.max_completion_length, temperature=r.temperature, top_p=r.top_p,
                               top_k=r.top_k, seed=spec.algorithm.seed)
-    ids = [PromptInput(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
-    groups = HFEngine(model, tokenizer, max_batch=64).generate(ids, sampling)
-    return [g[0].text for g in groups], [list(g[0].token_ids) for g in groups]
+    engine = HFEngine(model, tokenizer, max_batch=64)
+    if not spec.tools.enabled:
+        prompts = _prompts(spec, rows, base_dir, tokenizer)
+        ids = [PromptInput(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+        flat = [g[0] for g in engine.generate(ids, sampling)]
+        return Sampled([c.text for c in flat], [list(c.token_ids) for c in flat], rows)
+    agent = Agent(spec.tools, tokenizer, base_dir, r.max_turns, r.max_completion_length,
+                  context=context_window(model))
+    try:
+        def prompt_ids(row: dict[str, Any], observation: str | None = None) -> PromptInput:
+            text = render_prompt(row, spec.data, tokenizer, agent.schemas or None, observation)
+            return PromptInput(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+        flat = [g[0] for g in agent.runner.run(engine, [prompt_ids(row) for row in rows], sampling, rows,
+                                                lambda k, obs: prompt_ids(rows[k], obs))]
+    finally:
+        agent.close()
+    texts, scored_rows, chats = score_inputs(flat, rows)
+    return Sampled(texts, [list(c.token_ids) for c in flat], scored_rows, chats, [c.episode for c in flat])
 
 
 def _placement(name: str) -> str:
@@ -158,14 +192,15 @@ def run_check(spec: RunSpec, rows: int = 8, plugin: str | list[str] | None = Non
     result = CheckResult()
     with RewardScorer(rewards, base, device, isolate_builtins=True) as scorer:
         for source in sources:
-            ids = None
             if source == "solution":
-                texts = [_fill(template, r) for r in data]
+                sampled = Sampled([_fill(template, r) for r in data], [], data)
             else:
-                texts, ids = _model_completions(spec, base, tokenizer, prompts, device)
+                sampled = _model_completions(spec, base, tokenizer, data, device)
+            texts = sampled.texts
             before = dict(scorer.error_counts)
             t0 = time.perf_counter()
-            matrix = scorer.score(prompts, texts, data, completion_ids=ids)
+            matrix = scorer.score(prompts, texts, sampled.rows, completion_ids=sampled.ids or None,
+                                  conversations=sampled.conversations)
             total_s = time.perf_counter() - t0
             for j, name in enumerate(scorer.names):
                 failed = scorer.error_counts[name] - before[name]
@@ -180,6 +215,7 @@ def run_check(spec: RunSpec, rows: int = 8, plugin: str | list[str] | None = Non
                     "rewards": {n: None if math.isnan(v) else float(v) for n, v in zip(scorer.names, matrix[i],
                                                                                         strict=True)},
                     "reward": float(total[i]),
+                    **sample_fields(sampled.episodes[i] if sampled.episodes else None),
                 })
     return result
 
