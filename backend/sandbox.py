@@ -30,8 +30,10 @@ What each layer guarantees (and what it does not):
   the kernel kills every process left in it, setsid() or not). As root these need nothing more; otherwise they
   need an unprivileged user namespace (CLONE_NEWUSER, the user mapped to itself). Where the kernel refuses,
   the run goes on without them and `SandboxResult.network_isolated` / `sandbox_capabilities()` say so.
-- **read-only filesystem** (a mount namespace, in the same unshare where the kernel allows it): mounts are made
-  private, the work directory is bind-mounted onto itself, and every other mount (but /proc and /sys) is
+- **read-only filesystem and disk quota** (a mount namespace, in the same unshare where the kernel allows it):
+  mounts are made private, the work directory becomes a tmpfs of its own (`disk_mb`, `max_files`; nosuid, nodev,
+  noexec; the program copied in), so filling it ends in ENOSPC, not a full disk (where tmpfs is refused it is
+  bind-mounted onto itself, without a quota, and `sandbox_capabilities().disk_quota` says so), and every other mount (but /proc and /sys) is
   remounted read-only, keeping its nosuid/nodev/noexec/atime flags (a user namespace may not drop them). Writing
   anywhere but the work directory (the project, HOME of the user, /tmp, /dev/shm) then fails with EROFS; device
   nodes such as /dev/null still work. A mount whose remount the kernel refuses is named in `SandboxResult.notes`
@@ -45,7 +47,7 @@ What each layer guarantees (and what it does not):
 - **not prevented**: reading what the child's user may read. /etc, the project and the home directory are not
   hidden (hiding them needs mounts over directories that may hold the interpreter itself, under the home directory
   or the project: left out). Without the read-only layer a non-root sandbox can write wherever its user can, and
-  any sandbox can write world-writable places (/tmp, /dev/shm). There is no disk quota for the work directory:
+  any sandbox can write world-writable places (/tmp, /dev/shm). Without the mount namespace there is no disk quota:
   RLIMIT_FSIZE bounds each file, not their number, so a program can fill the filesystem that holds the temporary
   directory at its disk's speed until its CPU or wall-clock limit ends it. Run untrusted code on a machine, or as
   a user, that holds nothing it must not see; the layers bound the damage to the machine, not the secrecy of files.
@@ -97,13 +99,24 @@ for flags in cfg["unshare"]:
     rep["errors"].append(f"unshare {flags:#x}: {os.strerror(ctypes.get_errno())}")
 rep["readonly"] = False
 if rep.get("flags", 0) & 0x00020000:  # a mount namespace: every mount read-only but the work directory
-    def mount(src, target, flags):
-        if libc.mount(src, target.encode(), None, ctypes.c_ulong(flags), None) != 0:
+    def mount(src, target, flags, fstype=None, data=None):
+        if libc.mount(src, target.encode(), fstype, ctypes.c_ulong(flags), data) != 0:
             raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
     try:
         mount(b"none", "/", (1 << 14) | (1 << 18))  # MS_REC | MS_PRIVATE: nothing propagates out
         work = os.path.dirname(cfg["main"])
-        mount(work.encode(), work, 4096)  # MS_BIND: the work directory, a mount of its own, stays writable
+        with open(cfg["main"], "rb") as fh:
+            program = fh.read()
+        owner = (cfg["drop_uid"], cfg["drop_uid"]) if cfg["drop_uid"] is not None else (uid, gid)
+        try:  # the work directory as a tmpfs of its own: the disk quota (size and inodes), nosuid, nodev, noexec
+            opts = f"size={cfg['disk_mb']}m,nr_inodes={cfg['inodes']},mode=0700,uid={owner[0]},gid={owner[1]}"
+            mount(b"sandbox", work, 2 | 4 | 8, b"tmpfs", opts.encode())
+            with open(cfg["main"], "wb") as fh:
+                fh.write(program)
+            rep["disk_quota"] = True
+        except OSError as e:
+            rep["errors"].append(f"disk quota (tmpfs): {e}")
+            mount(work.encode(), work, 4096)  # MS_BIND: the work directory, a mount of its own, stays writable
         os.chdir(work)  # the cwd still named the directory under the new mount
         with open("/proc/self/mountinfo") as fh:
             table = [line.split() for line in fh]
@@ -181,12 +194,15 @@ class SandboxLimits:
     wall_s: float = 10.0
     memory_mb: int = 512
     file_mb: int = 16
+    disk_mb: int = 64  # the work directory's size (a tmpfs, where the mount namespace allows: RAM, not disk)
+    max_files: int = 4096  # files and directories it may hold
     max_processes: int = 32
     max_open_files: int = 64
     max_output_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
-        for name in ("cpu_s", "wall_s", "memory_mb", "file_mb", "max_processes", "max_open_files", "max_output_bytes"):
+        for name in ("cpu_s", "wall_s", "memory_mb", "file_mb", "disk_mb", "max_files", "max_processes",
+                     "max_open_files", "max_output_bytes"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive, not {getattr(self, name)!r}")
 
@@ -219,6 +235,7 @@ class SandboxCapabilities:
     reads_restricted: bool
     writes_restricted: bool  # the probe's child could not write the project directory
     filesystem_readonly: bool  # every mount but the work directory (and /proc, /sys) read-only in the child
+    disk_quota: bool = False  # the work directory is a tmpfs of disk_mb / max_files (SandboxLimits)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -300,7 +317,7 @@ def _launch(source: str, limits: SandboxLimits, stdin: str, plan: _Plan) -> tupl
         cpu = max(1, math.ceil(limits.cpu_s))
         mem, fsize = limits.memory_mb << 20, limits.file_mb << 20
         cfg = {"unshare": list(plan.unshare), "drop_uid": plan.drop_uid, "read_cap": plan.read_cap,
-               "status_fd": status_w, "main": main,
+               "status_fd": status_w, "main": main, "disk_mb": limits.disk_mb, "inodes": limits.max_files,
                "rlimits": [("RLIMIT_CORE", 0, 0), ("RLIMIT_CPU", cpu, cpu if pid_ns else cpu + 1), ("RLIMIT_AS", mem, mem),
                            ("RLIMIT_FSIZE", fsize, fsize), ("RLIMIT_NOFILE", limits.max_open_files, limits.max_open_files),
                            ("RLIMIT_NPROC", nproc, nproc)]}
@@ -441,11 +458,14 @@ def sandbox_capabilities() -> SandboxCapabilities:
         notes.append("no read-only mounts (no mount namespace): the child writes wherever its user may")
     if report.get("project_writable"):
         notes.append("the child can write the project directory (it runs as a user who may)")
+    if not report.get("disk_quota"):
+        notes.append("no disk quota: the work directory is not a tmpfs of its own (RLIMIT_FSIZE bounds each file)")
     return SandboxCapabilities(network_isolated=bool(report.get("net")), pid_namespace=bool(report.get("pid")),
                                process_limit=uid != 0, privileges_dropped=dropped,
                                reads_restricted=uid != 0 and not report.get("read_cap"),
                                writes_restricted=not report.get("project_writable"),
-                               filesystem_readonly=bool(report.get("readonly")), notes=tuple(notes))
+                               filesystem_readonly=bool(report.get("readonly")),
+                               disk_quota=bool(report.get("disk_quota")), notes=tuple(notes))
 
 
 def run_code(source: str, language: str = "python", limits: SandboxLimits | None = None, stdin: str = "") -> SandboxResult:

@@ -145,6 +145,34 @@ def test_a_huge_file_hits_the_file_size_limit() -> None:
     assert r.exit_code != 0 and r.killed_reason in ("file size limit", "cpu time limit")
 
 
+FILL = """
+import errno, os
+written = 0
+try:
+    for i in range(10_000):
+        with open(f"f{{i}}", "wb") as f:
+            f.write(b"x" * {chunk})
+        written += {chunk}
+except OSError as e:
+    print(errno.errorcode[e.errno], written)
+"""
+
+
+@pytest.mark.skipif(not CAPS.disk_quota, reason="no mount namespace for a tmpfs work directory on this kernel")
+def test_filling_the_disk_stops_at_the_quota() -> None:
+    # files under RLIMIT_FSIZE each, many of them: only the work directory's own size stops them (ENOSPC)
+    r = run_code(FILL.format(chunk=1 << 20), limits=SandboxLimits(cpu_s=5, wall_s=20, disk_mb=8))
+    code, written = r.stdout.split()
+    assert code == "ENOSPC" and int(written) <= 8 << 20, r.stdout + r.stderr
+    assert r.exit_code == 0 and r.killed_reason is None  # the program saw the error and went on
+
+
+@pytest.mark.skipif(not CAPS.disk_quota, reason="no mount namespace for a tmpfs work directory on this kernel")
+def test_many_empty_files_stop_at_the_file_count() -> None:
+    r = run_code(FILL.format(chunk=0), limits=SandboxLimits(cpu_s=5, wall_s=20, max_files=100))
+    assert r.stdout.split()[0] == "ENOSPC", r.stdout + r.stderr  # inodes, not bytes, ran out
+
+
 def test_a_child_that_outlives_its_parent_is_killed_with_the_group() -> None:
     token = f"orphan-{uuid.uuid4().hex}"
     src = ("import os, sys\nif os.fork() == 0:\n"
@@ -222,6 +250,7 @@ def test_capabilities_say_what_is_missing() -> None:
     assert CAPS.network_isolated or any("network isolation is unavailable" in n for n in CAPS.notes)
     assert CAPS.pid_namespace or any("PID namespace" in n for n in CAPS.notes)
     assert CAPS.filesystem_readonly or any("read-only" in n for n in CAPS.notes)
+    assert CAPS.disk_quota or any("no disk quota" in n for n in CAPS.notes)
     assert sandbox_capabilities() is not None and sandbox_capabilities() == CAPS  # probed once, cached
 
 
@@ -238,7 +267,7 @@ def test_without_a_mount_namespace_the_other_layers_still_hold() -> None:
         pytest.skip("no namespaces on this kernel")
     plan = dataclasses.replace(plan, unshare=(plan.unshare[0] & ~CLONE_NEWNS,))
     r, report = _launch("open('here.txt', 'w').write('x')\nprint('ran')", FAST, "", plan)
-    assert r.ok and r.stdout == "ran\n" and not report["readonly"]
+    assert r.ok and r.stdout == "ran\n" and not report["readonly"] and not report.get("disk_quota")
     assert r.network_isolated == CAPS.network_isolated and report["pid"] == CAPS.pid_namespace
 
 
