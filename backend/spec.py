@@ -71,8 +71,10 @@ LOSS_TYPES: dict[str, LossTypeInfo] = {
     "sapo": LossTypeInfo(clipped=False, normaliser="sequence_mean",
                          options=("sapo_temperature_pos", "sapo_temperature_neg")),
     "luspo": LossTypeInfo(clipped=True, normaliser="sequence_sum", importance_sampling_level="sequence"),
+    "vespo": LossTypeInfo(clipped=False, normaliser="global_tokens", importance_sampling_level="token",
+                          options=("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")),
 }
-LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo"]  # spelled out for type checkers
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]  # spelled out for type checkers
 if get_args(LossType) != tuple(LOSS_TYPES):
     raise AssertionError("LossType and LOSS_TYPES name different loss types")
 CLIPPED_LOSS_TYPES: tuple[str, ...] = tuple(name for name, info in LOSS_TYPES.items() if info.clipped)
@@ -430,13 +432,17 @@ class AlgorithmSection(Section):
                             "dapo = token mean over the whole accumulated batch; cispo = clipped, detached IS weight x "
                             "advantage x logprob, token mean over the batch (MiniMax-M1; the cap is epsilon_high); "
                             "sapo = soft sigmoid gate instead of the hard clip (SAPO); luspo = mean over sequences of "
-                            "each sequence's token sum, with importance_sampling_level sequence (LUSPO).",
+                            "each sequence's token sum, with importance_sampling_level sequence (LUSPO); vespo = "
+                            "detached Gamma weight of the sequence's importance ratio x advantage x logprob, token "
+                            "mean over the batch (VESPO).",
         json_schema_extra=_ui("Loss type", "损失类型",
                               "目标与聚合方式：grpo = 先按序列平均再跨序列平均；bnpo = 对微批次全部 token 平均；"
                               "dr_grpo = token 求和 / (序列数 × 最大生成长度)；dapo = 对整个累积批次的 token 平均；"
                               "cispo = 截断并停止梯度的重要性权重 × 优势 × 对数概率，按批次 token 平均（MiniMax-M1，"
                               "上限为 epsilon_high）；sapo = 用平滑的 sigmoid 门控代替硬裁剪（SAPO）；"
-                              "luspo = 每个序列 token 求和后跨序列平均，配合序列级重要性采样（LUSPO）。"))
+                              "luspo = 每个序列 token 求和后跨序列平均，配合序列级重要性采样（LUSPO）；"
+                              "vespo = 序列重要性比率的 Gamma 权重（停止梯度）× 优势 × 对数概率，"
+                              "按批次 token 平均（VESPO）。"))
     beta: float = Field(
         0.0, ge=0.0, le=100.0, description="KL coefficient to the reference model (0 = no reference loaded).",
         json_schema_extra=_ui("KL coefficient (beta)", "KL 系数（beta）",
@@ -471,6 +477,25 @@ class AlgorithmSection(Section):
                                             "(the paper: a little above the positive one).",
         json_schema_extra=_ui("SAPO temperature (A <= 0)", "SAPO 温度（非正优势）",
                               "非正优势 token 的 SAPO 门控温度（论文建议略高于正优势温度）。", advanced=True))
+    # VESPO (TRL's names and defaults): phi(w) = exp(lambda) w^k exp(-lambda w) of the sequence's importance ratio w
+    vespo_k_pos: float = Field(
+        2.0, ge=0.0, le=100.0, description="VESPO power k for A >= 0: how strongly sequences whose importance ratio "
+                                           "is below 1 are down-weighted.",
+        json_schema_extra=_ui("VESPO k (A >= 0)", "VESPO k（非负优势）",
+                              "VESPO 中非负优势的幂指数 k：重要性比率小于 1 的序列被降权的程度。", advanced=True))
+    vespo_lambda_pos: float = Field(
+        3.0, ge=0.0, le=100.0, description="VESPO decay lambda for A >= 0: how strongly sequences whose importance "
+                                           "ratio is above 1 are down-weighted.",
+        json_schema_extra=_ui("VESPO lambda (A >= 0)", "VESPO lambda（非负优势）",
+                              "VESPO 中非负优势的衰减系数 lambda：重要性比率大于 1 的序列被降权的程度。", advanced=True))
+    vespo_k_neg: float = Field(
+        3.0, ge=0.0, le=100.0, description="VESPO power k for A < 0 (ratio below 1).",
+        json_schema_extra=_ui("VESPO k (A < 0)", "VESPO k（负优势）",
+                              "VESPO 中负优势的幂指数 k（比率小于 1 时）。", advanced=True))
+    vespo_lambda_neg: float = Field(
+        2.0, ge=0.0, le=100.0, description="VESPO decay lambda for A < 0 (ratio above 1).",
+        json_schema_extra=_ui("VESPO lambda (A < 0)", "VESPO lambda（负优势）",
+                              "VESPO 中负优势的衰减系数 lambda（比率大于 1 时）。", advanced=True))
     num_iterations: int = Field(
         1, ge=1, le=64, description="Optimizer steps per rollout batch (the paper's mu).",
         json_schema_extra=_ui("Updates per batch (mu)", "每批更新次数（mu）",
@@ -479,6 +504,21 @@ class AlgorithmSection(Section):
         "group", description="Divide advantages by the group's reward std, the batch's, or not at all (Dr. GRPO).",
         json_schema_extra=_ui("Scale rewards", "奖励缩放",
                               "用组内、批内奖励标准差归一化优势，或不归一化（Dr. GRPO）。"))
+    advantage_estimator: Literal["grpo", "rloo", "reinforce_plus_plus"] = Field(
+        "grpo", description="Baseline of the advantage (ms-swift's names): grpo = reward - group mean; rloo = reward - "
+                            "mean of the group's other completions (leave-one-out); reinforce_plus_plus = reward - "
+                            "group mean, whose std scale_rewards divides by (batch: the batch's, REINFORCE++).",
+        json_schema_extra=_ui("Advantage estimator", "优势估计",
+                              "优势的基线（ms-swift 的名称）：grpo = 奖励 - 组均值；rloo = 奖励 - 组内其他回答的均值"
+                              "（留一法）；reinforce_plus_plus = 奖励 - 组均值，再按 scale_rewards 除以其标准差"
+                              "（batch：全批次的，REINFORCE++）。", advanced=True))
+    multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = Field(
+        "sum_then_normalize", description="Several reward functions: sum the weighted rewards, then form advantages "
+                                          "(scale_rewards); or normalise each function's rewards within the group "
+                                          "first, sum them by weight, and normalise the sum over the batch (GDPO).",
+        json_schema_extra=_ui("Multi-reward aggregation", "多奖励聚合",
+                              "多个奖励函数时：先按权重求和再计算优势（scale_rewards）；或先在组内分别归一化"
+                              "每个函数的奖励，按权重求和后再在全批次归一化（GDPO）。", advanced=True))
     importance_sampling_level: Literal["token", "sequence"] = Field(
         "token", description="Ratio per token (GRPO) or one per sequence, the mean log-ratio (GSPO).",
         json_schema_extra=_ui("Importance sampling level", "重要性采样粒度",

@@ -56,7 +56,11 @@ def replay(case: dict) -> list[dict]:
                 use_bias_correction_kl=o.get("use_bias_correction_kl", False),
                 off_policy_mask_threshold=o.get("off_policy_mask_threshold"),
                 sampling_logps=t["sampling"][sl] if o.get("sampling") else None,
-                top_entropy_quantile=o.get("top_entropy_quantile", 1.0), entropies=entropies[sl], entropy_coef=coef)
+                top_entropy_quantile=o.get("top_entropy_quantile", 1.0), entropies=entropies[sl], entropy_coef=coef,
+                token_weights=torch.tensor(batch[f"is_{o['is_ratio']}"], dtype=torch.float64)[sl]
+                if "is_ratio" in o else None,
+                vespo_k_pos=o.get("vespo_k_pos", 2.0), vespo_lambda_pos=o.get("vespo_lambda_pos", 3.0),
+                vespo_k_neg=o.get("vespo_k_neg", 3.0), vespo_lambda_neg=o.get("vespo_lambda_neg", 2.0))
             out.loss.backward()
             loss += out.loss.item()
             ent_sum += out.entropy_sum
@@ -99,8 +103,13 @@ def test_recorded_cases_cover_every_loss_type_and_option() -> None:
         for key in ("use_bias_correction_kl", "off_policy_mask_threshold", "top_entropy_quantile", "entropy_coef",
                     "use_adaptive_entropy"):
             assert any(key in o for o in mine), (lt, key)
+        assert any(o.get("is_ratio") for o in mine), (lt, "is_ratio")  # truncated importance sampling weights
     for lt in grpo.CLIPPED_LOSS_TYPES:
         assert any(o.get("delta") for o in opts if o["loss_type"] == lt), lt
+    for name in grpo.LOSS_TYPES["vespo"].options:  # its own parameters, off their defaults
+        assert any(name in o for o in opts if o["loss_type"] == "vespo"), name
     # the cases exercise what they are about: gradients differ from the plain loss of the same batch
     assert any(c["steps"][-1]["entropy_coef_after"] != c["options"].get("entropy_coef", 0.0) for c in DATA["cases"])
     assert any(c["steps"][0]["metrics"].get("cispo_clip_ratio", 0) > 0 for c in DATA["cases"])
+    phis = {c["steps"][0]["metrics"]["vespo/phi_seq_mean"] for c in DATA["cases"] if c["options"]["loss_type"] == "vespo"}
+    assert len(phis) > 5 and 1.0 in phis  # on policy w = 1 and phi(1) = 1; off policy it varies with its options

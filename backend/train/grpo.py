@@ -28,30 +28,95 @@ def combine_rewards(per_fn: torch.Tensor, weights: torch.Tensor) -> torch.Tensor
     return torch.nansum(per_fn * weights[None, :], dim=1)
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, scale: str,
-                     virtual_reward: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Advantage = reward - group mean, divided by the group's std, the batch's std, or 1.
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: str, virtual_reward: float | None = None,
+                     estimator: str = "grpo") -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantage = reward - a baseline from its group, divided by a std (`scale`: group, batch, or none = 1).
 
-    Returns (advantages (B,), per-group std (B / G,)). Groups are consecutive runs of `group_size`.
-    The std is the unbiased one (as torch.std and TRL), plus 1e-4 so zero-std groups give 0, not NaN.
-    `virtual_reward` (NGRPO's advantage calibration) adds one virtual completion with that reward to each
-    group's mean and (group-scale) std; it gets no advantage itself. A group all at that reward still gets 0,
-    a group all below it gets negative advantages. The per-group std returned is always the real group's.
+    Returns (advantages (B,), per-group std of the rewards (B / G,)). Groups are consecutive runs of `group_size`.
+    Stds are unbiased (as torch.std, TRL and ms-swift), plus 1e-4 so zero-std groups give 0, not NaN.
+    `estimator` (ms-swift's advantage_estimator, swift/rl_core/advantage.py):
+        grpo                 r - group mean; scaled by the rewards' group or batch std
+        rloo                 r - mean of the group's other G - 1 rewards = (r - group mean) G / (G - 1); scaled by
+                             the rewards' group or batch std, as grpo (TRL's RLOO with scale none)
+        reinforce_plus_plus  r - group mean; scaled by the std of these advantages over the batch (batch: the
+                             REINFORCE++ whitening) or within the group (group: the same as grpo's)
+    `virtual_reward` (NGRPO's advantage calibration, grpo only) adds one virtual completion with that reward to
+    each group's mean and (group-scale) std; it gets no advantage itself. A group all at that reward still gets
+    0, a group all below it gets negative advantages. The per-group std returned is always the real group's.
     """
+    if estimator not in ("grpo", "rloo", "reinforce_plus_plus"):
+        raise ValueError(f"unknown advantage_estimator {estimator!r}")
+    if virtual_reward is not None and estimator != "grpo":
+        raise ValueError("advantage calibration (virtual_reward) is defined for the grpo estimator only")
     grouped = rewards.view(-1, group_size)
     group_std = grouped.std(dim=1)
     stats = grouped
     if virtual_reward is not None:
         stats = torch.cat([grouped, grouped.new_full((grouped.shape[0], 1), virtual_reward)], dim=1)
-    mean = stats.mean(dim=1).repeat_interleave(group_size)
-    adv = rewards - mean
+    adv = rewards - stats.mean(dim=1).repeat_interleave(group_size)
+    if estimator == "rloo" and group_size > 1:
+        adv = adv * group_size / (group_size - 1)
     if scale == "group":
-        adv = adv / (stats.std(dim=1).repeat_interleave(group_size) + 1e-4)
+        std = adv.view(-1, group_size).std(dim=1) if estimator == "reinforce_plus_plus" else stats.std(dim=1)
+        adv = adv / (std.repeat_interleave(group_size) + 1e-4)
     elif scale == "batch":
-        adv = adv / (rewards.std() + 1e-4)
+        adv = adv / ((adv if estimator == "reinforce_plus_plus" else rewards).std() + 1e-4)
     elif scale != "none":
         raise ValueError(f"unknown scale_rewards {scale!r}")
     return adv, group_std
+
+
+def nanstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    """Unbiased std ignoring NaNs (TRL's trainer.utils.nanstd): NaN where fewer than two values are not NaN."""
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
+    var = var * torch.where(count > 1, count / (count - 1), torch.full_like(var, float("nan")))
+    std = var.sqrt()
+    if keepdim:
+        return std
+    return std.squeeze() if dim is None else std.squeeze(dim)
+
+
+def decoupled_advantages(per_fn: torch.Tensor, weights: torch.Tensor, group_size: int) -> torch.Tensor:
+    """multi_objective_aggregation normalize_then_sum (GDPO), TRL 1.16's formula: (B, F) rewards -> (B,) advantages.
+
+    Each function's rewards are normalised within the group, (r - group mean) / (group std + 1e-4), over the
+    completions it scored (NaN = not scored: left out of its mean and std, counts 0 in the sum); the weighted sum
+    of these is normalised over the batch, (s - mean) / (std + 1e-4). A completion no function scored is left out
+    of the batch statistics and gets advantage 0. scale_rewards does not apply (as in TRL).
+    """
+    G, F = group_size, per_fn.shape[1]
+    unscorable = torch.isnan(per_fn).all(dim=1)
+    grouped = per_fn.view(-1, G, F)
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    std = nanstd(grouped, dim=1, keepdim=True) if G > 1 else torch.zeros_like(mean)
+    normalised = ((grouped - mean) / (std + 1e-4)).view(-1, F)
+    summed = torch.nansum(normalised * weights[None, :], dim=1)
+    summed[unscorable] = float("nan")
+    batch_std = nanstd(summed) if summed.numel() > 1 else torch.zeros_like(summed)
+    return torch.nan_to_num((summed - torch.nanmean(summed)) / (batch_std + 1e-4), nan=0.0)
+
+
+@dataclass
+class Advantages:
+    advantages: torch.Tensor  # (B,)
+    rewards: torch.Tensor  # (B,): the weighted reward sum (combine_rewards), what is reported
+    group_std: torch.Tensor  # (B / G,): the std of `rewards` within each group
+
+
+def advantages(a: AlgorithmSection, per_fn: torch.Tensor, weights: torch.Tensor, group_size: int) -> Advantages:
+    """The trainer's entry: (B, F) per-function rewards (NaN = not scored) -> advantages under the algorithm section
+    (multi_objective_aggregation, advantage_estimator, scale_rewards, advantage_calibration)."""
+    rewards = combine_rewards(per_fn, weights)
+    if a.multi_objective_aggregation == "normalize_then_sum":
+        return Advantages(decoupled_advantages(per_fn, weights, group_size), rewards,
+                          rewards.view(-1, group_size).std(dim=1))
+    if a.multi_objective_aggregation != "sum_then_normalize":
+        raise ValueError(f"unknown multi_objective_aggregation {a.multi_objective_aggregation!r}")
+    adv, group_std = group_advantages(rewards, group_size, a.scale_rewards,
+                                      a.solved_reward if a.advantage_calibration else None, a.advantage_estimator)
+    return Advantages(adv, rewards, group_std)
 
 
 def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -181,6 +246,10 @@ class Objective:
     use_bias_correction_kl: bool = False
     off_policy_mask_threshold: float | None = None  # None = off
     top_entropy_quantile: float = 1.0
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
 
     @classmethod
     def of(cls, a: AlgorithmSection) -> Objective:
@@ -189,7 +258,8 @@ class Objective:
                    sapo_temperature_pos=a.sapo_temperature_pos, sapo_temperature_neg=a.sapo_temperature_neg,
                    use_bias_correction_kl=a.use_bias_correction_kl,
                    off_policy_mask_threshold=a.off_policy_mask_threshold or None,
-                   top_entropy_quantile=a.top_entropy_quantile)
+                   top_entropy_quantile=a.top_entropy_quantile, vespo_k_pos=a.vespo_k_pos,
+                   vespo_lambda_pos=a.vespo_lambda_pos, vespo_k_neg=a.vespo_k_neg, vespo_lambda_neg=a.vespo_lambda_neg)
 
 
 @dataclass
@@ -211,43 +281,93 @@ class LossInputs:
     max_completion_length: int | None = None  # dr_grpo's normaliser
 
 
-# (ratio (B, T) or (B, 1), advantages (B, 1), logps (B, T), objective) -> the per-token loss before masks
-PolicyTerm = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, Objective], torch.Tensor]
+@dataclass
+class TermInputs:
+    """What a per-token term reads. B rows, T tokens."""
+
+    ratio: torch.Tensor  # (B, T), or (B, 1) at importance_sampling_level sequence
+    adv: torch.Tensor  # (B, 1)
+    logps: torch.Tensor  # (B, T), with grad
+    log_ratio: torch.Tensor  # (B, T): logps - old_logps per token, whatever the level
+    mask: torch.Tensor  # (B, T)
+    token_weights: torch.Tensor | None  # truncated IS weights; handed only to terms registered to fold them in
+    metrics: dict[str, float]  # a term's own diagnostics (TRL's names) go here
+
+
+# (inputs, objective) -> the per-token loss before masks, (B, T) or (B, 1)
+PolicyTerm = Callable[[TermInputs, Objective], torch.Tensor]
 POLICY_TERMS: dict[str, PolicyTerm] = {}
+FOLDS_IS_WEIGHTS: set[str] = set()  # loss types whose term takes the IS weights in (VESPO); others are multiplied
 
 
-def register_term(*loss_types: str) -> Callable[[PolicyTerm], PolicyTerm]:
+def register_term(*loss_types: str, folds_is_weights: bool = False) -> Callable[[PolicyTerm], PolicyTerm]:
     """Register `fn` as the per-token term of `loss_types` (names of spec.LOSS_TYPES)."""
     def deco(fn: PolicyTerm) -> PolicyTerm:
         for name in loss_types:
             if name not in LOSS_TYPES:
                 raise ValueError(f"{name!r} is not in spec.LOSS_TYPES")
             POLICY_TERMS[name] = fn
+            if folds_is_weights:
+                FOLDS_IS_WEIGHTS.add(name)
         return fn
     return deco
 
 
 @register_term(*CLIPPED_LOSS_TYPES)
-def clipped_term(ratio: torch.Tensor, adv: torch.Tensor, logps: torch.Tensor, o: Objective) -> torch.Tensor:
+def clipped_term(t: TermInputs, o: Objective) -> torch.Tensor:
     """PPO's clipped surrogate: -min(r' A, clip(r, 1 - eps_low, 1 + eps_high) A), r' = min(r, delta) when `delta`
     is set (INTELLECT-2's two-sided clip), else r."""
-    clipped = torch.clamp(ratio, 1 - o.epsilon_low, 1 + o.epsilon_high)
-    unclipped = torch.clamp(ratio, max=o.delta) if o.delta is not None else ratio
-    return -torch.min(unclipped * adv, clipped * adv)
+    clipped = torch.clamp(t.ratio, 1 - o.epsilon_low, 1 + o.epsilon_high)
+    unclipped = torch.clamp(t.ratio, max=o.delta) if o.delta is not None else t.ratio
+    return -torch.min(unclipped * t.adv, clipped * t.adv)
 
 
 @register_term("cispo")
-def cispo_term(ratio: torch.Tensor, adv: torch.Tensor, logps: torch.Tensor, o: Objective) -> torch.Tensor:
+def cispo_term(t: TermInputs, o: Objective) -> torch.Tensor:
     """MiniMax-M1's CISPO: -sg(min(r, eps_high)) A logp; the IS weight is clipped and detached, eps_high is the cap."""
-    weight = torch.clamp(ratio, max=o.epsilon_high).detach()
-    return -weight * adv * logps
+    weight = torch.clamp(t.ratio, max=o.epsilon_high).detach()
+    return -weight * t.adv * t.logps
 
 
 @register_term("sapo")
-def sapo_term(ratio: torch.Tensor, adv: torch.Tensor, logps: torch.Tensor, o: Objective) -> torch.Tensor:
+def sapo_term(t: TermInputs, o: Objective) -> torch.Tensor:
     """SAPO's soft gate: -sigmoid(tau (r - 1)) 4 / tau A, tau = sapo_temperature_pos if A > 0 else _neg."""
-    tau = torch.where(adv > 0, o.sapo_temperature_pos, o.sapo_temperature_neg)
-    return -(torch.sigmoid(tau * (ratio - 1)) * 4 / tau) * adv
+    tau = torch.where(t.adv > 0, o.sapo_temperature_pos, o.sapo_temperature_neg)
+    return -(torch.sigmoid(tau * (t.ratio - 1)) * 4 / tau) * t.adv
+
+
+_LOG_1E8 = math.log(1e-8)  # VESPO's lower clamp of log w (TRL's, from the paper's code)
+
+
+@torch.no_grad()
+def vespo_weights(log_ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, token_weights: torch.Tensor | None,
+                  o: Objective) -> torch.Tensor:
+    """VESPO's Gamma weight per sequence, (B, 1), detached (TRL's get_gamma_weights):
+    phi(w) = exp(lambda) w^k exp(-lambda w), so phi(1) = 1, computed in log space: log phi = lambda + k log w - lambda w.
+
+    w is the sequence's whole importance ratio, exp of the SUM of its token log-ratios (each clamped to [-20, 20]),
+    times the truncated IS weights' product when given (log-clamped to [log 1e-8, 20]); log w is clamped to
+    [log 1e-8, 20]. k, lambda are the _pos pair for A >= 0, the _neg pair for A < 0; lambda at least 1e-4.
+    A non-finite phi is 0. The IS weights are summed over the loss mask (TRL: over all positions, where padding
+    holds weight 1, the same).
+    """
+    seq = (log_ratio.clamp(-20.0, 20.0) * mask).sum(-1, keepdim=True)
+    if token_weights is not None:
+        seq = seq + (torch.log(token_weights).clamp(_LOG_1E8, 20.0) * mask).sum(-1, keepdim=True)
+    log_w = seq.clamp(_LOG_1E8, 20.0)
+    nonneg = adv >= 0
+    k = torch.where(nonneg, o.vespo_k_pos, o.vespo_k_neg)
+    lam = torch.where(nonneg, o.vespo_lambda_pos, o.vespo_lambda_neg).clamp(min=1e-4)
+    return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+
+
+@register_term("vespo", folds_is_weights=True)
+def vespo_term(t: TermInputs, o: Objective) -> torch.Tensor:
+    """VESPO: -sg(phi(w)) A logp, phi the sequence's Gamma weight (vespo_weights), which takes the truncated IS
+    weights in (so they do not multiply the loss as well)."""
+    phi = vespo_weights(t.log_ratio, t.adv, t.mask, t.token_weights, o)
+    t.metrics["vespo/phi_seq_mean"] = float(phi.mean())
+    return -phi * t.adv * t.logps
 
 
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, normaliser: Normaliser, x: LossInputs) -> torch.Tensor:
@@ -301,11 +421,16 @@ def policy_loss(
     entropies: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
     token_weights: torch.Tensor | None = None,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
 ) -> LossOut:
     """`objective_loss` under TRL's keyword names, one argument per GRPOConfig option: the form the TRL parity
     tests (tests/test_objectives_trl.py, tests/test_grpo_math.py) replay recorded cases through."""
     objective = Objective(loss_type, epsilon_low, epsilon_high, is_level, beta, delta, sapo_temperature_pos,
-                          sapo_temperature_neg, use_bias_correction_kl, off_policy_mask_threshold, top_entropy_quantile)
+                          sapo_temperature_neg, use_bias_correction_kl, off_policy_mask_threshold, top_entropy_quantile,
+                          vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg)
     return objective_loss(objective, LossInputs(
         logps, old_logps, advantages, mask, ref_logps=ref_logps, sampling_logps=sampling_logps, entropies=entropies,
         token_weights=token_weights, entropy_coef=entropy_coef, global_num_tokens=global_num_tokens,
@@ -318,16 +443,16 @@ def objective_loss(o: Objective, x: LossInputs) -> LossOut:
 
     ratio r = exp(logps - old_logps) per token, or for is_level='sequence' (GSPO) one ratio per sequence,
     exp(mean over its tokens of the log-ratio). The per-token loss is the loss type's registered term
-    (POLICY_TERMS: clipped_term, cispo_term, sapo_term), then times the off-policy sequence mask
+    (POLICY_TERMS: clipped_term, cispo_term, sapo_term, vespo_term), then times the off-policy sequence mask
     (off_policy_mask_threshold, against `sampling_logps`, else old_logps) and the high-entropy token mask
     (top_entropy_quantile < 1, from `entropies`), plus the truncated importance sampling weights
-    (`token_weights`, see importance_weights), plus beta * k3 KL to the reference (times r when
+    (`token_weights`, see importance_weights; vespo folds them into its weight instead), plus beta * k3 KL to the reference (times r when
     use_bias_correction_kl: DeepSeek-V3.2's unbiased estimate).
     Aggregation over the step (all micro-batches of one optimizer step) is the table's normaliser (`aggregate`):
         grpo, sapo:   mean over sequences of each sequence's token mean
         bnpo:         token mean within each micro-batch, averaged over micro-batches
         dr_grpo:      token sum / (sequences in the step x max_completion_length)
-        dapo, cispo:  token sum / tokens in the whole step
+        dapo, cispo, vespo: token sum / tokens in the whole step
         luspo:        mean over sequences of each sequence's token sum
     Entropy bonus: minus entropy_coef x the mean entropy of the tokens the loss acts on, per micro-batch,
     averaged over micro-batches (the same for every loss type). `entropy_coef` is the coefficient to apply now
@@ -352,7 +477,7 @@ def objective_loss(o: Objective, x: LossInputs) -> LossOut:
         reference = x.sampling_logps if x.sampling_logps is not None else old_logps
         seq_mask = off_policy_mask(x.advantages, logps, reference, mask, o.off_policy_mask_threshold)
 
-    log_ratio = logps - old_logps
+    log_ratio = log_ratio_tokens = logps - old_logps
     if o.is_level == "sequence":
         log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1)
     elif o.is_level != "token":
@@ -368,12 +493,15 @@ def objective_loss(o: Objective, x: LossInputs) -> LossOut:
         if o.use_bias_correction_kl:
             per_token_kl = per_token_kl * ratio
 
-    per_token = term(ratio, adv, logps, o)
+    folds = o.loss_type in FOLDS_IS_WEIGHTS
+    term_metrics: dict[str, float] = {}
+    per_token = term(TermInputs(ratio, adv, logps, log_ratio_tokens, mask, x.token_weights if folds else None,
+                                term_metrics), o)
     if seq_mask is not None:
         per_token = per_token * seq_mask
     if entropy_mask is not None:
         per_token = per_token * entropy_mask
-    if x.token_weights is not None:  # truncated importance sampling (importance_weights), as TRL: not on the KL term
+    if x.token_weights is not None and not folds:  # truncated importance sampling (importance_weights), as TRL: not on the KL term
         per_token = per_token * x.token_weights
     if per_token_kl is not None:
         per_token = per_token + o.beta * per_token_kl
@@ -390,6 +518,7 @@ def objective_loss(o: Objective, x: LossInputs) -> LossOut:
 
     with torch.no_grad():
         metrics = _metrics(o.loss_type, ratio, adv, mask, o.epsilon_low, o.epsilon_high, seq_mask, entropy_mask)
+        metrics.update(term_metrics)
         kl = _masked_mean_any(per_token_kl.detach(), mask) if per_token_kl is not None else torch.zeros((), dtype=logps.dtype)
     return LossOut(total, kl, metrics, entropy_sum, entropy_tokens)
 

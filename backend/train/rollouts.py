@@ -184,10 +184,8 @@ class RolloutBuilder:
             loss_mask[truncated] = 0
 
         per_fn = torch.from_numpy(matrix)
-        rewards = grpo.combine_rewards(per_fn, self.reward_weights)
-        a = spec.algorithm
-        adv, group_std = grpo.group_advantages(rewards, G, a.scale_rewards,
-                                               a.solved_reward if a.advantage_calibration else None)
+        computed = grpo.advantages(spec.algorithm, per_fn, self.reward_weights, G)
+        rewards, adv, group_std = computed.rewards, computed.advantages, computed.group_std
         scored = report.ScoredBatch(groups, self.scorer.names, matrix, rewards, adv, group_std, truncated,
                                     (model_mask if model_mask is not None else comp_mask).sum(-1).float())
         metrics = report.rollout_metrics(scored, self.scorer.error_counts)

@@ -25,7 +25,8 @@ from trl import GRPOTrainer
 OUT = Path(__file__).with_name("trl_objectives.json")
 B, T, GA = 6, 5, 2  # 6 completions of up to 5 tokens, two micro-batches of 3
 LENGTHS = [[5, 2, 4, 1, 3, 5], [3, 5, 1, 4, 5, 2]]
-LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo"]
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"]
+IS_CAP = 2.0  # the truncated importance sampling cases' cap
 CLIPPED = ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"]
 
 
@@ -42,8 +43,12 @@ def make_batch(seed: int) -> dict[str, list]:
     entropies = torch.rand(B, T, generator=g, dtype=torch.float64) * 2.5
     adv = torch.randn(B, generator=g, dtype=torch.float64)
     adv[0], adv[1] = abs(adv[0]) + 0.1, -abs(adv[1]) - 0.1  # both signs in the first micro-batch
+    # vLLM's truncated importance sampling ratios pi_old / pi_sampler (token_truncate, token_mask), 1 on padding
+    ratio = torch.exp((old - sampling) * mask)
+    is_truncate, is_mask = ratio.clamp(max=IS_CAP), ratio.masked_fill(ratio > IS_CAP, 0.0)
     return {k: v.tolist() for k, v in dict(logps=logps, old=old, sampling=sampling, ref=ref, entropies=entropies,
-                                           advantages=adv, mask=mask).items()}
+                                           advantages=adv, mask=mask, is_truncate=is_truncate,
+                                           is_mask=is_mask).items()}
 
 
 class Accel:
@@ -72,7 +77,9 @@ def trl_trainer(opts: dict) -> GRPOTrainer:
                           entropy_target=opts.get("entropy_target", 0.2),
                           entropy_coef_delta=opts.get("entropy_coef_delta", 0.005),
                           entropy_coef_min=opts.get("entropy_coef_min", 0.0),
-                          entropy_coef_max=opts.get("entropy_coef_max", 1.0))
+                          entropy_coef_max=opts.get("entropy_coef_max", 1.0),
+                          vespo_k_pos=opts.get("vespo_k_pos", 2.0), vespo_lambda_pos=opts.get("vespo_lambda_pos", 3.0),
+                          vespo_k_neg=opts.get("vespo_k_neg", 3.0), vespo_lambda_neg=opts.get("vespo_lambda_neg", 2.0))
     t.__dict__.update(
         args=cfg, accelerator=Accel(), model=SimpleNamespace(training=True), _metrics={"train": defaultdict(list)},
         loss_type=opts["loss_type"], importance_sampling_level=opts.get("importance_sampling_level", "token"),
@@ -81,7 +88,8 @@ def trl_trainer(opts: dict) -> GRPOTrainer:
         off_policy_mask_threshold=opts.get("off_policy_mask_threshold"),
         top_entropy_quantile=opts.get("top_entropy_quantile", 1.0), entropy_coef=opts.get("entropy_coef", 0.0),
         use_adaptive_entropy=opts.get("use_adaptive_entropy", False), _last_world_entropy=float("inf"),
-        _entropy_window_stats=None, aux_loss_enabled=False, use_vllm=False, vllm_importance_sampling_correction=False,
+        _entropy_window_stats=None, aux_loss_enabled=False, use_vllm="is_ratio" in opts,
+        vllm_importance_sampling_correction="is_ratio" in opts,
         current_gradient_accumulation_steps=GA, max_completion_length=T)
     t._entropy_bonus_enabled = t.entropy_coef != 0.0 or t.use_adaptive_entropy
     return t
@@ -119,6 +127,9 @@ def run_case(batch: dict[str, list], opts: dict) -> dict:
                 inputs["old_per_token_logps"] = torch.tensor(batch["old"], dtype=torch.float64)[sl]
             if opts.get("sampling", False):
                 inputs["sampling_per_token_logps"] = torch.tensor(batch["sampling"], dtype=torch.float64)[sl]
+            if "is_ratio" in opts:  # "truncate" or "mask": the batch's is_truncate / is_mask
+                inputs["importance_sampling_ratio"] = torch.tensor(batch[f"is_{opts['is_ratio']}"],
+                                                                   dtype=torch.float64)[sl]
             if opts.get("beta", 0.0):
                 inputs["ref_per_token_logps"] = torch.tensor(batch["ref"], dtype=torch.float64)[sl]
             loss = t._compute_loss(None, inputs)
@@ -165,6 +176,12 @@ def cases() -> list[dict]:
     add(0, loss_type="sapo", sapo_temperature_pos=2.0, sapo_temperature_neg=3.5)
     add(1, loss_type="sapo", sapo_temperature_pos=0.5, sapo_temperature_neg=1.05, importance_sampling_level="sequence",
         top_entropy_quantile=1.0, off_policy_mask_threshold=0.1)
+    for lt in LOSS_TYPES:  # truncated importance sampling: vespo folds the ratios into its weight, the rest multiply
+        add(1, loss_type=lt, is_ratio="truncate")
+    add(0, loss_type="vespo", is_ratio="mask")
+    add(0, loss_type="vespo", vespo_k_pos=1.0, vespo_lambda_pos=0.5, vespo_k_neg=4.0, vespo_lambda_neg=5.0)
+    add(1, loss_type="vespo", vespo_k_pos=0.0, vespo_lambda_pos=0.0, vespo_k_neg=0.5, vespo_lambda_neg=1.5,
+        beta=0.03, use_bias_correction_kl=True)  # lambda 0: TRL's floor of 1e-4
     add(0, loss_type="dapo", epsilon_high=0.28, delta=1.5, off_policy_mask_threshold=0.05, sampling=True,
         top_entropy_quantile=0.3, entropy_coef=0.01, use_adaptive_entropy=True, entropy_target=2.0, beta=0.02,
         use_bias_correction_kl=True, steps=2)
