@@ -70,7 +70,7 @@ def nanstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> to
     """Unbiased std ignoring NaNs (TRL's trainer.utils.nanstd): NaN where fewer than two values are not NaN."""
     mean = torch.nanmean(x, dim=dim, keepdim=True)
     var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
-    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True).to(x.dtype)  # TRL's int division rounds this to float32
     var = var * torch.where(count > 1, count / (count - 1), torch.full_like(var, float("nan")))
     std = var.sqrt()
     if keepdim:

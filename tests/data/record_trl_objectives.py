@@ -8,19 +8,27 @@ entropies (leaf tensors), so the loss value and its gradient with respect to tho
 TRL's own. A step is two micro-batches (gradient accumulation), called the way TRL's Trainer calls them; adaptive
 entropy cases run two steps so the controller's gating and update are recorded too.
 tests/test_objectives_trl.py replays every case through backend.train.grpo and compares.
+
+Advantages ("advantage_cases"): the rewards-to-advantages block of TRL's own source, cut verbatim out of
+`GRPOTrainer._generate_and_score_completions` (multi_objective_aggregation x scale_rewards) and
+`RLOOTrainer._generate_and_score_completions` (the leave-one-out baseline) and run on fixed reward matrices with
+unscored (None) entries; tests/test_grpo_advantages.py replays them through backend.train.grpo.advantages.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 import trl
-from trl import GRPOTrainer
+from trl import GRPOTrainer, RLOOTrainer
+from trl.trainer.utils import nanstd
 
 OUT = Path(__file__).with_name("trl_objectives.json")
 B, T, GA = 6, 5, 2  # 6 completions of up to 5 tokens, two micro-batches of 3
@@ -188,6 +196,61 @@ def cases() -> list[dict]:
     return out
 
 
+ADV_G = 4  # completions per group in the advantage cases
+ADV_WEIGHTS = [1.0, 0.5, -2.0]
+
+
+def reward_matrix(seed: int, unscorable: bool) -> torch.Tensor:
+    """(12, 3) rewards of 3 groups of 4: 0/1 correctness, a graded score, a penalty; some None (NaN), one group
+    where a function scores all alike, and with `unscorable` a completion no function scored."""
+    g = torch.Generator().manual_seed(100 + seed)
+    r = torch.stack([(torch.rand(12, generator=g, dtype=torch.float64) > 0.5).double(),
+                     torch.rand(12, generator=g, dtype=torch.float64) * 3,
+                     -torch.rand(12, generator=g, dtype=torch.float64) * 0.5], dim=1)
+    r[4:8, 0] = 1.0  # the whole group solved: that function carries no signal there
+    r[1, 1] = r[9, 2] = r[10, 2] = float("nan")
+    if unscorable:
+        r[6] = float("nan")
+    return r
+
+
+def trl_block(cls: type, start: str, end: str) -> str:
+    """The lines of `cls._generate_and_score_completions` from the one holding `start` to the one holding `end`."""
+    src = inspect.getsource(cls._generate_and_score_completions)
+    i = src.rfind("\n", 0, src.index(start)) + 1
+    j = src.index("\n", src.index(end, i))
+    return textwrap.dedent(src[i:j])
+
+
+def trl_advantages(cls: type, rewards_per_func: torch.Tensor, **attrs) -> list[float]:
+    block = trl_block(cls, "unscorable_mask = torch.isnan(rewards_per_func)", "advantages = torch.nan_to_num(")
+    me = SimpleNamespace(reward_weights=torch.tensor(ADV_WEIGHTS, dtype=torch.float64),
+                         reward_funcs=[None] * len(ADV_WEIGHTS), beta=0.0, reward_clip_range=None, **attrs)
+    scope = {"torch": torch, "nanstd": nanstd, "self": me, "rewards_per_func": rewards_per_func,
+             "num_generations": ADV_G, "device": "cpu"}
+    exec(block, scope)  # noqa: S102 - TRL's own source, cut out of the installed package
+    return scope["advantages"].tolist()
+
+
+def advantage_cases() -> list[dict]:
+    """A completion no function scored only with normalize_then_sum, the one path here that takes TRL 1.16's rule
+    for it (left out of the statistics); sum_then_normalize and rloo count it 0, as ms-swift and TRL < 1.16 do."""
+    out = []
+    for seed, unscorable in ((0, False), (1, False), (2, True)):
+        r = reward_matrix(seed, unscorable)
+        for agg in ("sum_then_normalize", "normalize_then_sum"):
+            for scale in ("group", "batch", "none"):
+                if unscorable and agg == "sum_then_normalize":
+                    continue
+                adv = trl_advantages(GRPOTrainer, r, multi_objective_aggregation=agg, scale_rewards=scale)
+                out.append({"trainer": "grpo", "multi_objective_aggregation": agg, "scale_rewards": scale,
+                            "rewards": r.tolist(), "advantages": adv})
+        if not unscorable:
+            adv = trl_advantages(RLOOTrainer, r, normalize_advantages=False)
+            out.append({"trainer": "rloo", "rewards": r.tolist(), "advantages": adv})
+    return out
+
+
 def main() -> None:
     torch.manual_seed(0)
     batches = [make_batch(s) for s in range(2)]
@@ -200,7 +263,9 @@ def main() -> None:
             assert math.isfinite(s["loss"]), c
         recorded.append({"batch": batch, **rec})
     OUT.write_text(json.dumps({"trl_version": trl.__version__, "B": B, "T": T, "gradient_accumulation_steps": GA,
-                               "batches": batches, "cases": recorded}, separators=(",", ":")) + "\n")
+                               "batches": batches, "cases": recorded, "advantage_group_size": ADV_G,
+                               "advantage_weights": ADV_WEIGHTS, "advantage_cases": advantage_cases()},
+                              separators=(",", ":")) + "\n")
     print(f"{len(recorded)} cases from TRL {trl.__version__} -> {OUT} ({OUT.stat().st_size // 1024} KiB)")
 
 
