@@ -46,7 +46,7 @@ from backend.machine import Machine, deepspeed_installed, engines_in, hub_cached
 from backend.rewards.plugins import plugin_reward_names
 from backend.rewards.registry import BUILTIN_REWARDS
 from backend.rundir import RunDir
-from backend.spec import CLIPPED_LOSS_TYPES, LOSS_TYPES, RunSpec, SpecError, SpecIssue, load_spec
+from backend.spec import CLIPPED_LOSS_TYPES, LOSS_TYPES, AlgorithmSection, RunSpec, SpecError, SpecIssue, load_spec
 from backend.workspace import Workspace
 
 # ----------------------------------------------------------------------------- well-formed anywhere
@@ -482,6 +482,12 @@ def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
     for option, names in readers.items():
         if a.loss_type not in names and getattr(a, option) != getattr(defaults, option):
             issues.append(SpecIssue(f"algorithm.{option}", f"only used by loss_type {' / '.join(names)}"))
+    if info.folds_is_weights and spec.rollout.vllm_importance_sampling_correction \
+            and not spec.rollout.vllm_importance_sampling_mode.startswith("token_"):
+        issues.append(SpecIssue("rollout.vllm_importance_sampling_mode",
+                                f"loss_type {a.loss_type} folds per-token importance sampling ratios into its sequence "
+                                "weight: use token_truncate or token_mask"))
+    _check_advantages(a, issues)
     if a.use_adaptive_entropy:
         if a.entropy_coef_min > a.entropy_coef_max:
             issues.append(SpecIssue("algorithm.entropy_coef_min",
@@ -493,6 +499,28 @@ def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
     if spec.model.finetune == "lora" and spec.model.lora_dropout > 0 and a.disable_dropout:
         issues.append(SpecIssue("model.lora_dropout", "has no effect while algorithm.disable_dropout is on: "
                                                       "set one of them off"))
+
+
+def _check_advantages(a: AlgorithmSection, issues: list[SpecIssue]) -> None:
+    """advantage_estimator, multi_objective_aggregation and advantage_calibration: each forms the advantages its
+    own way, and two of them at once have no defined meaning."""
+    if a.multi_objective_aggregation == "normalize_then_sum":
+        why = ("normalize_then_sum forms the advantages itself (each reward normalised within its group, the "
+               "weighted sum over the batch)")
+        if a.advantage_estimator != "grpo":
+            issues.append(SpecIssue("algorithm.advantage_estimator", f"{why}: the estimator applies to "
+                                                                     "sum_then_normalize; leave it at grpo"))
+        if a.scale_rewards != "group":
+            issues.append(SpecIssue("algorithm.scale_rewards", f"{why}: scale_rewards is not applied; leave it at "
+                                                               "group"))
+        if a.advantage_calibration:
+            issues.append(SpecIssue("algorithm.advantage_calibration", f"{why}: it has no group mean of the summed "
+                                                                       "reward for the virtual completion to join"))
+    elif a.advantage_calibration and a.advantage_estimator != "grpo":
+        issues.append(SpecIssue("algorithm.advantage_calibration",
+                                f"the virtual completion joins the grpo baseline (the group mean), not "
+                                f"advantage_estimator {a.advantage_estimator}'s: set the estimator to grpo or turn "
+                                "calibration off"))
 
 
 BUILTIN_TOOLS = ("python",)  # backend.sandbox.python_tool, served by the tool worker

@@ -54,6 +54,7 @@ class LossTypeInfo:
     options: tuple[str, ...] = ()  # algorithm options only this objective reads
     importance_sampling_level: Literal["token", "sequence"] | None = None  # the ratio level it is defined on (None: either)
     weight_cap: bool = False  # epsilon_high caps the importance weight itself, not the ratio at 1 + epsilon_high
+    folds_is_weights: bool = False  # takes per-token truncated IS weights into its own term instead of being multiplied
 
     @property
     def global_normaliser(self) -> bool:
@@ -72,7 +73,8 @@ LOSS_TYPES: dict[str, LossTypeInfo] = {
                          options=("sapo_temperature_pos", "sapo_temperature_neg")),
     "luspo": LossTypeInfo(clipped=True, normaliser="sequence_sum", importance_sampling_level="sequence"),
     "vespo": LossTypeInfo(clipped=False, normaliser="global_tokens", importance_sampling_level="token",
-                          options=("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")),
+                          options=("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"),
+                          folds_is_weights=True),
 }
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]  # spelled out for type checkers
 if get_args(LossType) != tuple(LOSS_TYPES):

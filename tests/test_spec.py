@@ -54,7 +54,11 @@ def test_field_catalogue_covers_every_field_with_help() -> None:
         assert docs[name].help, name
     ng = docs["rollout.num_generations"]
     assert (ng.minimum, ng.default) == (2, 8)
-    assert docs["algorithm.loss_type"].choices == ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
+    assert docs["algorithm.loss_type"].choices == ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+    assert [docs[f"algorithm.vespo_{n}"].default for n in ("k_pos", "lambda_pos", "k_neg", "lambda_neg")] == [2, 3, 3, 2]
+    assert docs["algorithm.advantage_estimator"].choices == ("grpo", "rloo", "reinforce_plus_plus")
+    assert docs["algorithm.advantage_estimator"].default == "grpo"
+    assert docs["algorithm.multi_objective_aggregation"].default == "sum_then_normalize"
     # the objectives' options carry TRL's GRPOConfig names, defaults and bounds
     assert (docs["algorithm.top_entropy_quantile"].default, docs["algorithm.top_entropy_quantile"].maximum) == (1.0, 1.0)
     assert docs["algorithm.sapo_temperature_neg"].default == 1.05 and docs["algorithm.sapo_temperature_neg"].exclusive_min
@@ -159,6 +163,19 @@ OBJECTIVE_RULES = [
     (["algorithm.use_adaptive_entropy=true", "algorithm.entropy_coef_min=0.5", "algorithm.entropy_coef_max=0.1"],
      "algorithm.entropy_coef_min", "exceeds entropy_coef_max"),
     (["model.finetune=lora", "model.lora_dropout=0.05"], "model.lora_dropout", "disable_dropout"),
+    (["algorithm.loss_type=vespo", "algorithm.importance_sampling_level=sequence"],
+     "algorithm.importance_sampling_level", "token"),
+    (["algorithm.vespo_k_pos=1"], "algorithm.vespo_k_pos", "loss_type vespo"),
+    (["algorithm.loss_type=vespo", "rollout.vllm_importance_sampling_correction=true"],
+     "rollout.vllm_importance_sampling_mode", "token_truncate or token_mask"),
+    (["algorithm.multi_objective_aggregation=normalize_then_sum", "algorithm.advantage_estimator=rloo"],
+     "algorithm.advantage_estimator", "leave it at grpo"),
+    (["algorithm.multi_objective_aggregation=normalize_then_sum", "algorithm.scale_rewards=batch"],
+     "algorithm.scale_rewards", "not applied"),
+    (["algorithm.multi_objective_aggregation=normalize_then_sum", "algorithm.advantage_calibration=true"],
+     "algorithm.advantage_calibration", "virtual completion"),
+    (["algorithm.advantage_estimator=reinforce_plus_plus", "algorithm.advantage_calibration=true"],
+     "algorithm.advantage_calibration", "reinforce_plus_plus"),
 ]
 
 
@@ -176,6 +193,12 @@ def test_objective_cross_field_rules_name_the_field(overrides, field, words) -> 
     ["algorithm.use_adaptive_entropy=true", "algorithm.entropy_target=1.5", "algorithm.entropy_coef_max=0.2"],
     ["model.finetune=lora", "model.lora_dropout=0.05", "algorithm.disable_dropout=false"],
     ["algorithm.off_policy_mask_threshold=0.5", "algorithm.top_entropy_quantile=0.2", "algorithm.entropy_coef=0.01"],
+    ["algorithm.loss_type=vespo", "algorithm.vespo_k_pos=1", "algorithm.vespo_lambda_neg=4", "algorithm.beta=0.04",
+     "rollout.vllm_importance_sampling_correction=true", "rollout.vllm_importance_sampling_mode=token_mask"],
+    ["algorithm.advantage_estimator=rloo", "algorithm.scale_rewards=none"],
+    ["algorithm.advantage_estimator=reinforce_plus_plus", "algorithm.scale_rewards=batch"],
+    ["algorithm.multi_objective_aggregation=normalize_then_sum"],
+    ["algorithm.advantage_calibration=true"],
 ])
 def test_objective_options_that_fit_together_pass(overrides) -> None:
     assert check_spec(load_spec(ROOT / "presets/tiny-cpu.yaml", overrides), ROOT) == []

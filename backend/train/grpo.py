@@ -290,25 +290,22 @@ class TermInputs:
     logps: torch.Tensor  # (B, T), with grad
     log_ratio: torch.Tensor  # (B, T): logps - old_logps per token, whatever the level
     mask: torch.Tensor  # (B, T)
-    token_weights: torch.Tensor | None  # truncated IS weights; handed only to terms registered to fold them in
+    token_weights: torch.Tensor | None  # truncated IS weights; handed only to terms that fold them in (LOSS_TYPES)
     metrics: dict[str, float]  # a term's own diagnostics (TRL's names) go here
 
 
 # (inputs, objective) -> the per-token loss before masks, (B, T) or (B, 1)
 PolicyTerm = Callable[[TermInputs, Objective], torch.Tensor]
 POLICY_TERMS: dict[str, PolicyTerm] = {}
-FOLDS_IS_WEIGHTS: set[str] = set()  # loss types whose term takes the IS weights in (VESPO); others are multiplied
 
 
-def register_term(*loss_types: str, folds_is_weights: bool = False) -> Callable[[PolicyTerm], PolicyTerm]:
+def register_term(*loss_types: str) -> Callable[[PolicyTerm], PolicyTerm]:
     """Register `fn` as the per-token term of `loss_types` (names of spec.LOSS_TYPES)."""
     def deco(fn: PolicyTerm) -> PolicyTerm:
         for name in loss_types:
             if name not in LOSS_TYPES:
                 raise ValueError(f"{name!r} is not in spec.LOSS_TYPES")
             POLICY_TERMS[name] = fn
-            if folds_is_weights:
-                FOLDS_IS_WEIGHTS.add(name)
         return fn
     return deco
 
@@ -361,10 +358,10 @@ def vespo_weights(log_ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor
     return torch.exp(lam + k * log_w - lam * torch.exp(log_w)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
-@register_term("vespo", folds_is_weights=True)
+@register_term("vespo")
 def vespo_term(t: TermInputs, o: Objective) -> torch.Tensor:
     """VESPO: -sg(phi(w)) A logp, phi the sequence's Gamma weight (vespo_weights), which takes the truncated IS
-    weights in (so they do not multiply the loss as well)."""
+    weights in (so they do not multiply the loss as well: LOSS_TYPES["vespo"].folds_is_weights)."""
     phi = vespo_weights(t.log_ratio, t.adv, t.mask, t.token_weights, o)
     t.metrics["vespo/phi_seq_mean"] = float(phi.mean())
     return -phi * t.adv * t.logps
@@ -493,7 +490,7 @@ def objective_loss(o: Objective, x: LossInputs) -> LossOut:
         if o.use_bias_correction_kl:
             per_token_kl = per_token_kl * ratio
 
-    folds = o.loss_type in FOLDS_IS_WEIGHTS
+    folds = LOSS_TYPES[o.loss_type].folds_is_weights
     term_metrics: dict[str, float] = {}
     per_token = term(TermInputs(ratio, adv, logps, log_ratio_tokens, mask, x.token_weights if folds else None,
                                 term_metrics), o)
