@@ -3,7 +3,8 @@
 The learning runs use the tiny preset (shipped model, addition prompts) with a dense reward the model can move in a
 few steps (tests/plugins/digit_rewards.py: the share of '1' characters), so each run takes seconds. From seeds 0-2,
 the mean reward of the last 5 of 15 steps beat the first 5 by 0.15-0.40 for every loss type
-(cispo 0.19-0.35, sapo 0.15-0.40, luspo 0.19-0.35); the test asks for 0.1.
+(cispo 0.19-0.35, sapo 0.15-0.40, luspo 0.19-0.35, vespo with two updates per batch 0.17-0.40); the test asks
+for 0.1.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ OBJECTIVES = {
     "cispo": ["algorithm.loss_type=cispo", "algorithm.epsilon_high=5.0"],
     "sapo": ["algorithm.loss_type=sapo", "algorithm.sapo_temperature_neg=1.05"],
     "luspo": ["algorithm.loss_type=luspo", "algorithm.importance_sampling_level=sequence"],
+    "vespo": ["algorithm.loss_type=vespo", "algorithm.num_iterations=2"],  # a second update: w != 1, phi != 1
 }
 
 
@@ -50,6 +52,10 @@ def test_objective_learns(tmp_path: Path, name: str) -> None:
     assert sum(rewards[-5:]) / 5 >= sum(rewards[:5]) / 5 + 0.1, rewards
     if name == "cispo":
         assert all("cispo_clip_ratio" in r and "clip_ratio/high_mean" not in r for r in rows)
+    if name == "vespo":
+        # phi(w) = e^lambda w^k e^(-lambda w) peaks at w = k / lambda: 4e / 9 (A >= 0), 27 / (8e) (A < 0)
+        phis = [r["vespo/phi_seq_mean"] for r in rows]
+        assert all(0.0 < p < 27 / (8 * math.e) for p in phis) and any(p != 1.0 for p in phis), phis
 
 
 def test_options_reach_the_metrics(tmp_path: Path) -> None:

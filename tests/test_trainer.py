@@ -82,6 +82,31 @@ def test_group_advantages_in_samples_sum_to_zero(tmp_path: Path) -> None:
         assert sum(adv) == pytest.approx(0, abs=1e-4)
 
 
+@pytest.mark.parametrize("options", [["algorithm.advantage_estimator=rloo", "algorithm.scale_rewards=none"],
+                                     ["algorithm.multi_objective_aggregation=normalize_then_sum"]],
+                         ids=["rloo", "normalize_then_sum"])
+def test_advantage_options_reach_the_samples(tmp_path: Path, options: list[str]) -> None:
+    """The logged advantages are the options' formulas on the logged rewards: rloo's leave-one-out baseline, or
+    normalize_then_sum's per-reward group normalisation (grpo.decoupled_advantages) over the step's batch."""
+    from backend.spec import AlgorithmSection
+    from backend.train import grpo
+
+    run, _ = train(tmp_path, "algorithm.max_steps=1", *options)
+    samples = read_jsonl(run.samples_path)[0]
+    assert len(samples) == 16
+    names = list(samples[0]["rewards"])
+    per_fn = torch.tensor([[float("nan") if s["rewards"][n] is None else s["rewards"][n] for n in names]
+                           for s in samples], dtype=torch.float64)
+    a = AlgorithmSection(**dict(o.removeprefix("algorithm.").split("=") for o in options))
+    want = grpo.advantages(a, per_fn, torch.ones(len(names), dtype=torch.float64), 4).advantages
+    assert [s["advantage"] for s in samples] == pytest.approx(want.tolist(), rel=1e-4, abs=1e-5)
+    if a.advantage_estimator == "rloo":
+        for g in range(4):
+            r = [s["reward"] for s in samples[4 * g:4 * g + 4]]
+            assert [s["advantage"] for s in samples[4 * g:4 * g + 4]] == pytest.approx(
+                [r[i] - (sum(r) - r[i]) / 3 for i in range(4)], abs=1e-5)
+
+
 def test_advantage_calibration_gives_failed_groups_negative_advantages(tmp_path: Path) -> None:
     """algorithm.advantage_calibration: in the logged samples, a group with no solved completion has every
     advantage negative and equal (plain GRPO: all zero), a group all solved has zero, and no group sums to zero
