@@ -128,6 +128,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 # defaults that depend on another option: ms-swift's learning rate follows the tuner
 _SWIFT_LR = {"lora": 1e-4, "full": 1e-5}
+# ... and its scale_rewards and kl_in_reward follow advantage_estimator (swift/arguments/rlhf_args.py; Megatron's
+# have fixed defaults: group, false)
+_SWIFT_SCALE = {"grpo": "group", "rloo": "none", "reinforce_plus_plus": "batch"}
+_SWIFT_KL_IN_REWARD = {"rloo", "reinforce_plus_plus"}
 
 # Each source's built-in reward names -> ours, where ours computes the same thing (backend/rewards/; a test holds
 # the targets to the registry). The reward's own options become its params (_REWARD_PARAMS).
@@ -237,9 +241,8 @@ _REASONS: list[tuple[frozenset[str], str]] = [
     (frozenset({"advantage_reweight", "rlsd_lambda", "rlsd_reweight_clip_range", "rlsd_lambda_warmup_steps",
                 "rlsd_lambda_decay_steps", "rlsd_negative_only", "sdar_loss_coef", "sdar_gate_beta", "kl_in_reward"}),
      "advantage reweighting / KL-in-reward variants are not implemented here"),
-    (frozenset({"real_tau", "fipo_decay_rate", "fipo_clip_range", "fipo_clip_high_only", "fipo_safety_threshold",
-                "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"}),
-     "a parameter of a loss type (real, fipo, vespo) that is not implemented here"),
+    (frozenset({"real_tau", "fipo_decay_rate", "fipo_clip_range", "fipo_clip_high_only", "fipo_safety_threshold"}),
+     "a parameter of a loss type (real, fipo) that is not implemented here"),
     (frozenset({"ref_model_mixup_alpha", "ref_model_sync_steps"}),
      "reference-model sync (sync_ref_model) is not implemented here: the reference stays the initial policy"),
     (frozenset({"min_p", "repetition_penalty", "stop_words", "structured_outputs_regex", "vllm_structured_outputs_regex",
@@ -341,8 +344,6 @@ def _scale_rewards(v: Any) -> str:
     s = str(_first(v)).strip().lower()
     if s in ("group", "batch", "none"):
         return s
-    if s in ("gdpo",):
-        raise ValueError("gdpo (per-reward normalisation) is not implemented here")
     return "group" if _bool(s) else "none"
 
 
@@ -396,6 +397,12 @@ _COMMON: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "sapo_temperature_neg": ("algorithm.sapo_temperature_neg", _num),
     "tau_pos": ("algorithm.sapo_temperature_pos", _num),  # ms-swift's names for the SAPO temperatures
     "tau_neg": ("algorithm.sapo_temperature_neg", _num),
+    "vespo_k_pos": ("algorithm.vespo_k_pos", _num),  # TRL
+    "vespo_lambda_pos": ("algorithm.vespo_lambda_pos", _num),
+    "vespo_k_neg": ("algorithm.vespo_k_neg", _num),
+    "vespo_lambda_neg": ("algorithm.vespo_lambda_neg", _num),
+    "advantage_estimator": ("algorithm.advantage_estimator", lambda v: str(_first(v)).lower()),  # ms-swift
+    "multi_objective_aggregation": ("algorithm.multi_objective_aggregation", lambda v: str(_first(v)).lower()),  # TRL
     "use_bias_correction_kl": ("algorithm.use_bias_correction_kl", _bool),
     "off_policy_mask_threshold": ("algorithm.off_policy_mask_threshold", _off_if_none),
     "off_policy_sequence_mask_delta": ("algorithm.off_policy_mask_threshold", _off_if_none),  # ms-swift's name
@@ -491,6 +498,13 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
             and _num(value) == 0:
         ctx.skip(key, "a threshold of exactly 0 is 'off' here: use a small positive value")
         return True
+    if key == "scale_rewards" and str(_first(value)).strip().lower() == "gdpo":
+        # ms-swift's GDPO: each reward normalised within its group, the weighted sum over the batch
+        ctx.set("algorithm.multi_objective_aggregation", "normalize_then_sum", key)
+        ctx.set("algorithm.scale_rewards", "group", key)
+        ctx.note(f"{ctx.shown(key)} gdpo -> multi_objective_aggregation normalize_then_sum, TRL's form of it: the "
+                 "stds get + 1e-4 (ms-swift: + 1e-8), and a completion no reward scored gets advantage 0")
+        return True
     if key in _COMMON:
         path, conv = _COMMON[key]
         ctx.set(path, conv(value), key)
@@ -546,18 +560,8 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
     if key == "log_completions":
         ctx.set("output.log_samples_steps", 1 if _bool(value) else 0, key)
         return True
-    if key == "advantage_estimator":
-        if str(_first(value)).lower() == "grpo":
-            ctx.done(key)
-        else:
-            ctx.skip(key, "RLOO and REINFORCE++ advantages are not implemented here (group-normalised GRPO only)")
-        return True
-    if key == "multi_objective_aggregation":
-        if str(_first(value)).lower() == "sum_then_normalize":
-            ctx.done(key)
-        else:
-            ctx.skip(key, "per-reward normalisation (GDPO) is not implemented here: rewards are summed, then "
-                          "normalised")
+    if key == "kl_in_reward" and not _bool(value):
+        ctx.done(key)  # the KL stays a loss term (algorithm.beta), as here
         return True
     if key == "sync_ref_model":
         if _bool(value):
@@ -893,6 +897,27 @@ def _fill_defaults(ctx: _Ctx) -> None:
             del ctx.opts[key]
 
 
+def _finish_advantages(ctx: _Ctx) -> None:
+    """How the sources combine advantage options, once all are read: ms-swift's gdpo replaces the rloo baseline and
+    is no scaling of reinforce_plus_plus; TRL's normalize_then_sum does not apply scale_rewards."""
+    v, origin = ctx.res.values, ctx.res.origin
+    if v.get("algorithm.multi_objective_aggregation") != "normalize_then_sum":
+        return
+    if origin.get("algorithm.multi_objective_aggregation") == "scale_rewards":  # ms-swift's gdpo
+        estimator = v.get("algorithm.advantage_estimator", "grpo")
+        if estimator == "reinforce_plus_plus":
+            v["algorithm.multi_objective_aggregation"], v["algorithm.scale_rewards"] = "sum_then_normalize", "none"
+            ctx.note("ms-swift runs reinforce_plus_plus with scale_rewards gdpo unscaled (reward - group mean): "
+                     "scale_rewards none here")
+        elif estimator == "rloo":
+            v["algorithm.advantage_estimator"] = "grpo"
+            ctx.note("ms-swift's gdpo advantages replace the rloo baseline: advantage_estimator grpo here")
+    elif v.get("algorithm.scale_rewards", "group") != "group":
+        ctx.note(f"scale_rewards {v['algorithm.scale_rewards']}: TRL does not apply it with normalize_then_sum "
+                 "(the sum is normalised over the batch), so it is left at group")
+        v["algorithm.scale_rewards"] = "group"
+
+
 def _finish(ctx: _Ctx, world: int) -> ImportResult:
     """The whole-config steps every tool shares."""
     try:
@@ -902,6 +927,7 @@ def _finish(ctx: _Ctx, world: int) -> ImportResult:
     _steps(ctx, "train_iters" if ctx.tool == "megatron" and "train_iters" in ctx.opts else "max_steps")
     _warmup(ctx, "lr_warmup_fraction" if ctx.tool == "megatron" else "warmup_ratio")
     _finish_dropout(ctx)
+    _finish_advantages(ctx)
     if ctx.res.values.get("rollout.engine") == "vllm" and "rollout.placement" not in ctx.res.values:
         ctx.res.values["rollout.placement"] = "colocate"
     _settle(ctx)
@@ -1236,6 +1262,14 @@ def import_swift(text: str, base_dir: str | Path | None = None) -> ImportResult:
         tuner = str(_first(ctx.opts.get("tuner_type", ctx.opts.get("train_type", "lora")))).lower()
         ctx.opts["learning_rate"] = _SWIFT_LR.get(tuner, 1e-4)
         ctx.defaulted.add("learning_rate")
+    estimator = str(_first(ctx.opts.get("advantage_estimator", "grpo"))).lower()
+    if cmd.kind == "swift" and "scale_rewards" in ctx.defaulted and estimator in _SWIFT_SCALE:
+        ctx.opts["scale_rewards"] = _SWIFT_SCALE[estimator]
+    if cmd.kind == "swift" and estimator in _SWIFT_KL_IN_REWARD and "kl_in_reward" not in ctx.opts \
+            and _num(ctx.get("beta", 0.0)) != 0.0:
+        ctx.res.unmapped.append(Unmapped(
+            "--kl_in_reward", "true", f"ms-swift's default with advantage_estimator {estimator}: the KL penalty is "
+                                      "subtracted from the reward there; here beta stays a KL term of the loss"))
     if cmd.kind == "megatron":
         for a, b in (("train_iters", "max_steps"),):
             if a in ctx.opts:

@@ -173,7 +173,7 @@ def test_nulls_and_scalar_weights():
 
 
 def test_invalid_values_are_unmapped_with_the_spec_reason():
-    res = import_trl("loss_type: vespo\nnum_generations: 1")  # TRL has vespo; not here
+    res = import_trl("loss_type: fipo\nnum_generations: 1")  # ms-swift has fipo; not here
     fields = " ".join(u.reason for u in res.unmapped)
     assert "algorithm.loss_type" in fields and "rollout.num_generations" in fields
     assert {"loss_type", "num_generations"} <= unmapped_options(res)
@@ -305,11 +305,59 @@ def test_lacking_algorithms_are_reported_not_added():
     res = import_any("swift rlhf --rlhf_type grpo --advantage_estimator rloo --loss_type fipo --sync_ref_model true "
                      "--steps_per_generation 4 --gradient_accumulation_steps 1")
     names = unmapped_options(res)
-    assert {"--advantage_estimator", "--loss_type", "--sync_ref_model", "--steps_per_generation"} <= names
+    assert {"--loss_type", "--sync_ref_model", "--steps_per_generation"} <= names
     plain = import_any("advantage_estimator: grpo\nsync_ref_model: false\nsteps_per_generation: 2\n"
                        "gradient_accumulation_steps: 2\nmax_prompt_length: null")
     assert not unmapped_options(plain) & {"advantage_estimator", "sync_ref_model", "steps_per_generation",
                                           "max_prompt_length"}
+
+
+def test_advantage_estimators_with_ms_swifts_tied_defaults():
+    """ms-swift ties scale_rewards (rloo: none, reinforce_plus_plus: batch) and kl_in_reward (true for both) to the
+    estimator when they are not given; Megatron's defaults are fixed (group, false)."""
+    rloo = import_any("swift rlhf --rlhf_type grpo --advantage_estimator rloo")
+    assert rloo.values["algorithm.advantage_estimator"] == "rloo" and rloo.values["algorithm.scale_rewards"] == "none"
+    assert rloo.defaults["scale_rewards"] == "none"
+    kl = [u for u in rloo.unmapped if u.option == "--kl_in_reward"]  # beta 0.04 by default: KL in the reward there
+    assert kl and "subtracted from the reward" in kl[0].reason
+    rpp = import_any("swift rlhf --rlhf_type grpo --advantage_estimator reinforce_plus_plus --beta 0")
+    assert rpp.apply().algorithm.scale_rewards == "batch" and "--kl_in_reward" not in unmapped_options(rpp)
+    given = import_any("swift rlhf --rlhf_type grpo --advantage_estimator rloo --scale_rewards group "
+                       "--kl_in_reward false")
+    assert given.values["algorithm.scale_rewards"] == "group" and not unmapped_options(given) & {"--kl_in_reward"}
+    assert "--kl_in_reward" in unmapped_options(import_any("swift rlhf --rlhf_type grpo --advantage_estimator rloo "
+                                                           "--kl_in_reward true --beta 0.01"))
+    mega = import_any("megatron rlhf --rlhf_type grpo --advantage_estimator rloo")
+    assert mega.values["algorithm.scale_rewards"] == "group" and "--kl_in_reward" not in unmapped_options(mega)
+    spec = import_any((CORPUS / "ms-swift/train__grpo__internal__reinforce_plus_plus.sh").read_text()).apply()
+    assert (spec.algorithm.advantage_estimator, spec.algorithm.scale_rewards) == ("reinforce_plus_plus", "batch")
+    assert import_any("swift rlhf --rlhf_type grpo --advantage_estimator ppo").apply().algorithm.advantage_estimator \
+        == "grpo"  # not an estimator here: unmapped with the spec's reason
+
+
+def test_per_reward_normalisation_from_trl_and_ms_swift():
+    trl = import_any("multi_objective_aggregation: normalize_then_sum\nscale_rewards: batch\nnum_generations: 4")
+    spec = trl.apply()
+    assert (spec.algorithm.multi_objective_aggregation, spec.algorithm.scale_rewards) == ("normalize_then_sum", "group")
+    assert any("does not apply it with normalize_then_sum" in n for n in trl.notes)
+    swift = import_any("swift rlhf --rlhf_type grpo --scale_rewards gdpo --reward_funcs accuracy format")
+    assert swift.apply().algorithm.multi_objective_aggregation == "normalize_then_sum"
+    assert "scale_rewards" in swift.applied and any("1e-8" in n for n in swift.notes)
+    assert import_any("swift rlhf --rlhf_type grpo --scale_rewards gdpo --advantage_estimator rloo").apply() \
+        .algorithm.advantage_estimator == "grpo"  # ms-swift's gdpo replaces the leave-one-out baseline
+    rpp = import_any("swift rlhf --rlhf_type grpo --scale_rewards gdpo --advantage_estimator reinforce_plus_plus").apply()
+    assert (rpp.algorithm.multi_objective_aggregation, rpp.algorithm.scale_rewards) == ("sum_then_normalize", "none")
+    paper = import_any((CORPUS / "trl/paper_index__L629.py.txt").read_text()).apply()
+    assert paper.algorithm.multi_objective_aggregation == "normalize_then_sum"
+
+
+def test_vespo_and_its_parameters_from_trl():
+    res = import_any((CORPUS / "trl/paper_index__L673.py.txt").read_text())
+    spec = res.apply()
+    assert spec.algorithm.loss_type == "vespo"
+    assert not unmapped_options(res) & {"vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"}
+    custom = import_any("loss_type: vespo\nvespo_k_pos: 1.5\nvespo_lambda_neg: 4\nnum_generations: 4").apply()
+    assert (custom.algorithm.vespo_k_pos, custom.algorithm.vespo_lambda_neg) == (1.5, 4.0)
 
 
 def test_python_grpo_config_snippets():
