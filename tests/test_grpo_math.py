@@ -329,3 +329,33 @@ def test_keep_freed_memory_serves_large_blocks_from_the_heap_and_keeps_them() ->
            for on in ("0", "1")}
     assert out["1"] == {"on": True, "mapped": 0, "kept": True}, out
     assert out["0"]["mapped"] == 3 and not out["0"]["on"], out  # glibc's default: each block its own mmap
+
+
+def test_vespo_weight_and_loss_by_hand() -> None:
+    """Sequence 0 (A = 1 >= 0: k 2, lambda 3): w = exp(sum of its 2 token log-ratios) = exp(0.2 - 0.5) = e^-0.3;
+    sequence 1 (A = -2: k 3, lambda 2): w = exp(-0.4 + 0 + 0). phi(w) = e^lambda w^k e^(-lambda w), detached, so
+    d loss / d logp = -phi A / 5 tokens on each real token. Truncated IS weights multiply w, not the loss."""
+    logps = torch.tensor(LOGPS, requires_grad=True)
+    out = grpo.policy_loss(logps, torch.tensor(OLD), torch.tensor(ADV), torch.tensor(MASK), loss_type="vespo",
+                           epsilon_low=0.2, epsilon_high=0.2)
+    out.loss.backward()
+
+    def phi(w: float, k: float, lam: float) -> float:
+        return math.exp(lam) * w**k * math.exp(-lam * w)
+
+    p = [phi(math.exp(-0.3), 2.0, 3.0), phi(math.exp(-0.4), 3.0, 2.0)]
+    real = [(b, t) for b in range(2) for t in range(3) if MASK[b][t]]
+    assert out.loss.item() == pytest.approx(sum(-p[b] * ADV[b] * LOGPS[b][t] for b, t in real) / 5, rel=1e-6)
+    want_grad = [[-p[b] * ADV[b] / 5 if MASK[b][t] else 0.0 for t in range(3)] for b in range(2)]
+    assert logps.grad.tolist() == [pytest.approx(row, rel=1e-6) for row in want_grad]
+    assert out.metrics["vespo/phi_seq_mean"] == pytest.approx(sum(p) / 2, rel=1e-6)
+    # the IS weights 0.5 on sequence 0's first token: w halves there, and the loss is not multiplied by them
+    weights = torch.tensor([[0.5, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    folded = grpo.policy_loss(torch.tensor(LOGPS), torch.tensor(OLD), torch.tensor(ADV), torch.tensor(MASK),
+                              loss_type="vespo", epsilon_low=0.2, epsilon_high=0.2, token_weights=weights,
+                              vespo_k_pos=1.0, vespo_lambda_pos=0.5)
+    p0 = phi(0.5 * math.exp(-0.3), 1.0, 0.5)
+    assert folded.metrics["vespo/phi_seq_mean"] == pytest.approx((p0 + p[1]) / 2, rel=1e-6)
+    assert folded.loss.item() == pytest.approx(
+        (sum(-p0 * ADV[0] * LOGPS[0][t] for t in range(2)) + sum(-p[1] * ADV[1] * LOGPS[1][t] for t in range(3))) / 5,
+        rel=1e-6)
