@@ -256,14 +256,15 @@ def test_epochs_become_steps_where_the_data_size_is_known():
 
 def test_datasets_subsets_modelscope_and_open_r1_columns():
     res = import_any("swift rlhf --rlhf_type grpo --dataset modelscope/competition_math:default#500 local.jsonl")
-    assert res.values["data.sources"] == ["modelscope/competition_math#500", "local.jsonl"]
-    assert any("subset" in u.reason for u in res.unmapped)
+    assert res.values["data.sources"] == ["modelscope/competition_math:default#500", "local.jsonl"]
+    assert "--dataset" not in unmapped_options(res)  # the subset is kept: it loads as the dataset's config
     assert any("ModelScope id" in n for n in res.notes)
     r1 = import_any("dataset_name: open-r1/OpenR1-Math-220k\ndataset_config: default\ndataset_prompt_column: problem\n"
                     "system_prompt: Think first.")
     assert r1.source == OPENR1_SOURCE
     assert r1.values["data.prompt_column"] == "problem" and r1.values["data.system_prompt"] == "Think first."
-    assert "dataset_config" in unmapped_options(r1)
+    assert r1.values["data.sources"] == ["open-r1/OpenR1-Math-220k:default"]
+    assert "dataset_config" not in unmapped_options(r1)
     cols = import_any("swift rlhf --rlhf_type grpo --columns '{\"answer\": \"solution\", \"problem\": \"query\"}'")
     assert cols.values["data.solution_column"] == "answer" and cols.values["data.prompt_column"] == "problem"
 
@@ -310,6 +311,26 @@ def test_lacking_algorithms_are_reported_not_added():
                        "gradient_accumulation_steps: 2\nmax_prompt_length: null")
     assert not unmapped_options(plain) & {"advantage_estimator", "sync_ref_model", "steps_per_generation",
                                           "max_prompt_length"}
+
+
+def test_prompt_bounds_and_chat_template_arguments():
+    swift = import_any("swift rlhf --rlhf_type grpo --max_length 2048 --truncation_strategy delete "
+                       "--enable_thinking false")
+    assert swift.values["data.max_prompt_tokens"] == 2048 and swift.values["data.prompt_truncation"] == "delete"
+    assert swift.values["data.chat_template_kwargs"] == {"enable_thinking": False}
+    left = import_any("swift rlhf --rlhf_type grpo --max_length 1024")  # ms-swift's GRPO default: left
+    assert left.values["data.prompt_truncation"] == "left"
+    right = import_any("swift rlhf --rlhf_type grpo --max_length 1024 --truncation_strategy right")
+    assert "--max_length" in unmapped_options(right) and "data.max_prompt_tokens" not in right.values
+    trl = import_any("max_prompt_length: 256\nchat_template_kwargs: {enable_thinking: true}\n")
+    assert trl.values["data.max_prompt_tokens"] == 256 and trl.values["data.prompt_truncation"] == "left"
+    assert trl.values["data.chat_template_kwargs"] == {"enable_thinking": True}
+    r1 = import_any("dataset_name: open-r1/OpenR1-Math-220k\ndataset_prompt_column: problem\n")
+    assert r1.values["data.max_prompt_tokens"] == 512 and "max_prompt_length" in r1.defaults  # open-r1's default
+    bad = import_any("chat_template_kwargs: '[1, 2]'\n")
+    assert "chat_template_kwargs" in unmapped_options(bad)
+    for res in (swift, trl, r1):
+        res.apply()
 
 
 def test_python_grpo_config_snippets():
