@@ -574,6 +574,9 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
         issues.append(SpecIssue("output.eval_steps", "evaluation every N steps needs data.eval_sources"))
     if a.warmup_steps > a.max_steps:
         issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
+    if r.max_model_len and r.max_model_len <= r.max_completion_length:
+        issues.append(SpecIssue("rollout.max_model_len", f"{r.max_model_len} tokens leave no room for a prompt beside "
+                                                         f"max_completion_length ({r.max_completion_length})"))
     if not re.fullmatch(r"[\w.-]*", spec.output.run_name):
         issues.append(SpecIssue("output.run_name", "use letters, digits, '.', '-' and '_' only"))
     _check_runs_dir(spec, base, issues)

@@ -251,7 +251,7 @@ _REASONS: list[tuple[frozenset[str], str]] = [
     (frozenset({"fsdp", "fsdp_config"}), "FSDP: sharding here is DeepSpeed ZeRO (resources.deepspeed_stage)"),
     (frozenset({"loss_scale"}), "ms-swift's per-turn loss weights: the completion alone is trained here"),
     (frozenset({"chat_template"}), "a custom chat template: the tokenizer's own template is applied here"),
-    (frozenset({"vllm_max_model_len", "vllm_max_model_length", "vllm_pipeline_parallel_size",
+    (frozenset({"vllm_pipeline_parallel_size",
                 "vllm_enable_expert_parallel", "vllm_quantization", "vllm_reasoning_parser", "vllm_speculative_config",
                 "vllm_engine_kwargs", "vllm_kv_cache_dtype"}),
      "an engine setting the rollout here does not expose: the engine's context follows the model and "
@@ -567,8 +567,11 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
         return True
     if key in ("max_prompt_length", "max_length", "truncation_strategy", "chat_template_kwargs", "enable_thinking"):
         return _prompt_options(ctx, key, value)
-    if key in ("vllm_max_model_len", "vllm_max_model_length") and _is_null(value):
-        ctx.done(key)  # None: no truncation / the engine's own, as here
+    if key in ("vllm_max_model_len", "vllm_max_model_length"):
+        if _is_null(value):
+            ctx.done(key)  # None: the engine's own, as here
+        else:
+            ctx.set("rollout.max_model_len", _int(value), key)
         return True
     if key.endswith("parallel_size") and not key.startswith("vllm_") and str(_first(value)) == "1":
         ctx.done(key)  # no model parallelism: as here

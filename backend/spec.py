@@ -299,6 +299,13 @@ class RolloutSection(Section):
     gpu_memory_utilization: float = Field(
         0.9, gt=0.0, le=1.0, description="Fraction of GPU memory the engine may take.",
         json_schema_extra=_ui("GPU memory fraction", "显存占用比例", "引擎可占用的显存比例。", advanced=True))
+    max_model_len: int = Field(
+        0, ge=0, le=1_048_576, description="The engine's context in tokens, prompt and completion together "
+                                           "(vLLM's max_model_len, LMDeploy's session_len; 0 = the model's own): "
+                                           "a smaller one leaves more memory to the KV cache.",
+        json_schema_extra=_ui("Engine context length", "引擎上下文长度",
+                              "引擎的上下文词元数，提示与生成合计（vLLM 的 max_model_len、LMDeploy 的 session_len；"
+                              "0 = 模型自身的）：设小一些可把更多显存留给 KV 缓存。", advanced=True))
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="GPUs per engine instance (tensor parallel).",
         json_schema_extra=_ui("Tensor parallel size", "张量并行数",

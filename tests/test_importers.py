@@ -466,3 +466,18 @@ def test_multi_turn_limits_import_and_the_plugins_say_what_to_write() -> None:
     assert sched and "tools.environment" in sched[0].reason
     r = import_any("max_tool_calling_iterations: 4\nlearning_rate: 1.0e-6\nnum_generations: 4\n", "grpo.yaml")
     assert r.values["rollout.max_turns"] == 5
+
+
+def test_the_engine_context_length_maps_and_reaches_the_worker() -> None:
+    from backend.checks import check_spec
+    from backend.train.builders import worker_config
+
+    res = import_any("swift rlhf --rlhf_type grpo --use_vllm true --vllm_max_model_len 4096 "
+                     "--max_completion_length 1024")
+    assert res.values["rollout.max_model_len"] == 4096 and "--vllm_max_model_len" not in unmapped_options(res)
+    spec = res.apply()
+    root = Path(__file__).parent.parent
+    assert worker_config(spec, root).max_model_len == 4096
+    short = spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"max_model_len": 1024})})
+    assert any(i.field == "rollout.max_model_len" for i in check_spec(short, root))
+    assert not any(i.field == "rollout.max_model_len" for i in check_spec(spec, root))
