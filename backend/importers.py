@@ -124,6 +124,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "cosine_min_value_wrong": 0.0, "cosine_max_value_wrong": -0.5, "cosine_min_value_correct": 0.5,
         "cosine_max_value_correct": 1.0, "cosine_max_len": 1000, "repetition_n_grams": 3,
         "repetition_max_penalty": -1.0, "max_completion_len": 16384, "soft_punish_cache": 4096, "num_processes": 7,
+        "code_language": "python",
     },
 }
 # defaults that depend on another option: ms-swift's learning rate follows the tuner
@@ -135,16 +136,17 @@ _REWARD_ALIASES: dict[str, dict[str, str]] = {
     "swift": {"accuracy": "accuracy", "format": "format", "cosine": "cosine", "repetition": "repetition",
               "soft_overlong": "soft_overlong"},
     "open-r1": {"accuracy": "accuracy", "format": "format", "tag_count": "tag_count", "cosine": "cosine",
-                "repetition_penalty": "repetition", "length": "length", "soft_overlong_punishment": "soft_overlong"},
+                "repetition_penalty": "repetition", "length": "length", "soft_overlong_punishment": "soft_overlong",
+                "code": "code", "binary_code": "code", "code_format": "code_format"},
     "trl": {"accuracy_reward": "accuracy"},
 }
 _OURS = {name for table in _REWARD_ALIASES.values() for name in table.values()}
+# an alias that is one of our built-ins with a parameter set (open-r1's binary_code: the code reward, all or nothing)
+_ALIAS_PARAMS: dict[str, dict[str, Any]] = {"binary_code": {"binary": True}}
 # the sources' built-ins we have no equivalent of: dropped from the rewards, with the reason
 _REWARDS_LACKING: dict[str, str] = {
-    "code": "runs generated code against test cases in a sandbox (E2B/Morph)",
-    "binary_code": "runs generated code against test cases in a sandbox",
     "ioi_code": "runs IOI solutions in a Piston sandbox", "cf_code": "runs Codeforces solutions in a sandbox",
-    "code_format": "checks a language-specific code-block format", "reasoning_steps": "counts 'Step 1:'-style markers",
+    "reasoning_steps": "counts 'Step 1:'-style markers",
     "react_format": "checks the ReAct tool-call format", "toolbench": "ToolBench's tool-call match",
     "math": "ms-swift's MathORM (its own answer extraction)",
     "think_format_reward": "TRL's <think>-only format check",
@@ -167,11 +169,11 @@ _REWARD_PARAMS: dict[str, dict[str, tuple[str, str]]] = {
         "cosine_max_value_correct": ("cosine", "max_value_correct"), "cosine_max_len": ("cosine", "max_len"),
         "repetition_n_grams": ("repetition", "ngram_size"), "repetition_max_penalty": ("repetition", "max_penalty"),
         "max_completion_len": ("soft_overlong", "max_completion_len"),
-        "soft_punish_cache": ("soft_overlong", "cache_len"),
+        "soft_punish_cache": ("soft_overlong", "cache_len"), "code_language": ("code_format", "language"),
     },
     "trl": {},
 }
-_PARAM_TYPES = {"max_len": int, "ngram_size": int, "max_completion_len": int, "cache_len": int}
+_PARAM_TYPES = {"max_len": int, "ngram_size": int, "max_completion_len": int, "cache_len": int, "language": str}
 
 
 # ----------------------------------------------------------------------------- why an option is not applied
@@ -246,8 +248,9 @@ _REASONS: list[tuple[frozenset[str], str]] = [
                 "vllm_guided_decoding_regex", "generation_kwargs", "max_new_tokens_eval"}),
      "a sampling option the rollout here does not offer (temperature, top_p, top_k only)"),
     (frozenset({"parallel_code_exec_per_proc", "e2b_router_url", "morph_router_url", "code_eval_test_batch_size",
-                "code_eval_scoring_mode", "code_language", "code_provider", "ioi_provider"}),
-     "a setting of open-r1's code rewards, which have no built-in here"),
+                "code_eval_scoring_mode", "code_provider", "ioi_provider"}),
+     "a setting of open-r1's code execution providers (E2B, Morph, Piston): the code rewards here run in the local "
+     "sandbox (backend/sandbox.py)"),
     (frozenset({"fsdp", "fsdp_config"}), "FSDP: sharding here is DeepSpeed ZeRO (resources.deepspeed_stage)"),
     (frozenset({"loss_scale"}), "ms-swift's per-turn loss weights: the completion alone is trained here"),
     (frozenset({"chat_template"}), "a custom chat template: the tokenizer's own template is applied here"),
@@ -724,7 +727,8 @@ def _rewards(ctx: _Ctx, names: list[str], weights: list[float] | None, models: l
     aliases = _REWARD_ALIASES[ctx.tool if ctx.tool != "megatron" else "swift"]
     # (our name, params, the source's name), in the source's order: its weights follow that order
     rm: list[tuple[str, dict[str, Any], str]] = [("reward_model", {"path": m}, m) for m in models]
-    funcs: list[tuple[str, dict[str, Any], str]] = [(aliases.get(n, n), {}, n) for n in names]
+    funcs: list[tuple[str, dict[str, Any], str]] = [(aliases.get(n, n), dict(_ALIAS_PARAMS.get(n, {})), n)
+                                                     for n in names]
     entries = rm + funcs if models_first else funcs + rm
     if weights is not None and len(weights) != len(entries):
         ctx.skip("reward_weights", f"{len(weights)} weights for {len(entries)} rewards: the source would refuse "
@@ -753,7 +757,8 @@ def _rewards(ctx: _Ctx, names: list[str], weights: list[float] | None, models: l
                 if param in ("max_len", "max_completion_len") else None
             if value is None:
                 continue
-        by_name[reward]["params"][param] = _PARAM_TYPES.get(param, float)(_num(value))
+        kind = _PARAM_TYPES.get(param, float)
+        by_name[reward]["params"][param] = str(_first(value)) if kind is str else kind(_num(value))
         if key in ctx.opts:
             ctx.done(key)
         else:

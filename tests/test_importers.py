@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from backend.importers import (
+    _ALIAS_PARAMS,
     _REWARD_ALIASES,
     _REWARD_PARAMS,
     DEFAULTS,
@@ -274,12 +275,18 @@ def test_reward_params_aliases_and_weights():
                     "reward_weights: [1, 0.5, 0.2, 1, 1]\ncosine_max_len: 2000\nrepetition_n_grams: 4\n"
                     "max_completion_len: 4096\nsoft_punish_cache: 512\n")
     funcs = {f["name"]: f for f in r1.values["rewards.functions"]}
-    assert set(funcs) == {"accuracy", "cosine", "repetition", "soft_overlong"}  # 'code' has no built-in here
+    assert set(funcs) == {"accuracy", "cosine", "repetition", "soft_overlong", "code"}
     assert funcs["cosine"]["params"] == {"min_value_wrong": 0.0, "max_value_wrong": -0.5, "min_value_correct": 0.5,
                                          "max_value_correct": 1.0, "max_len": 2000}  # open-r1's defaults, its max_len
     assert funcs["repetition"]["params"] == {"ngram_size": 4, "max_penalty": -1.0} and funcs["repetition"]["weight"] == 0.2
     assert funcs["soft_overlong"]["params"] == {"max_completion_len": 4096, "cache_len": 512}
-    assert any(u.value == "code" for u in r1.unmapped)
+    assert not any(u.value == "code" for u in r1.unmapped)
+    code = import_any("reward_funcs: [binary_code, code_format, reasoning_steps]\ncode_language: cpp\n")
+    assert code.values["rewards.functions"] == [
+        {"name": "code", "weight": 1.0, "params": {"binary": True}},
+        {"name": "code_format", "weight": 1.0, "params": {"language": "cpp"}}]
+    assert any(u.value == "reasoning_steps" for u in code.unmapped)  # no built-in: left out, said so
+    code.apply()
     swift = import_any("swift rlhf --rlhf_type grpo --reward_funcs cosine soft_overlong --max_completion_length 1024 "
                        "--soft_cache_length 256 --cosine_min_len_value_wrong -1.0")
     sf = {f["name"]: f for f in swift.values["rewards.functions"]}
@@ -300,6 +307,9 @@ def test_reward_aliases_and_params_name_our_built_ins():
     for table in _REWARD_PARAMS.values():
         for reward, param in table.values():
             assert param in BUILTIN_REWARDS[reward].params_model.model_fields
+    for alias, params in _ALIAS_PARAMS.items():
+        reward = _REWARD_ALIASES["open-r1"][alias]
+        assert set(params) <= set(BUILTIN_REWARDS[reward].params_model.model_fields)
 
 
 def test_lacking_algorithms_are_reported_not_added():
