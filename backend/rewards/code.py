@@ -1,4 +1,6 @@
-"""The `code` reward (open-r1's `code_reward`, and `binary_code` with `binary`) and `code_format`: run the completion's last ```python block against the row's tests; check the answer's shape.
+"""The `code` reward (open-r1's `code_reward`; `binary_code` with `binary`) and `code_format` (open-r1's).
+
+`code` runs the completion's last ```python block against the row's tests.
 
 The row's `verification_info` column holds open-r1's format (open-r1/verifiable-coding-problems-python):
 `{"language": "python", "test_cases": [{"input": "...", "output": "...", "type": "stdin_stdout"}, ...]}`, as a
