@@ -134,7 +134,7 @@ _SWIFT_LR = {"lora": 1e-4, "full": 1e-5}
 # the targets to the registry). The reward's own options become its params (_REWARD_PARAMS).
 _REWARD_ALIASES: dict[str, dict[str, str]] = {
     "swift": {"accuracy": "accuracy", "format": "format", "cosine": "cosine", "repetition": "repetition",
-              "soft_overlong": "soft_overlong"},
+              "soft_overlong": "soft_overlong", "react_format": "react_format"},
     "open-r1": {"accuracy": "accuracy", "format": "format", "tag_count": "tag_count", "cosine": "cosine",
                 "repetition_penalty": "repetition", "length": "length", "soft_overlong_punishment": "soft_overlong",
                 "code": "code", "binary_code": "code", "code_format": "code_format"},
@@ -147,7 +147,7 @@ _ALIAS_PARAMS: dict[str, dict[str, Any]] = {"binary_code": {"binary": True}}
 _REWARDS_LACKING: dict[str, str] = {
     "ioi_code": "runs IOI solutions in a Piston sandbox", "cf_code": "runs Codeforces solutions in a sandbox",
     "reasoning_steps": "counts 'Step 1:'-style markers",
-    "react_format": "checks the ReAct tool-call format", "toolbench": "ToolBench's tool-call match",
+"toolbench": "ToolBench's tool-call match",
     "math": "ms-swift's MathORM (its own answer extraction)",
     "think_format_reward": "TRL's <think>-only format check",
     "reasoning_accuracy_reward": "TRL's accuracy on the text after </think>",
