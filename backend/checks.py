@@ -39,6 +39,7 @@ from backend.data import (
     render_prompt,
     scan_source,
     split_source,
+    split_subset,
     template_columns,
 )
 from backend.footprint import memory_issues
@@ -264,7 +265,9 @@ def _prompt_length_issues(spec: RunSpec, base: Path, path: str, longest: tuple[L
     15 GB with no step done). A token is at least one byte of its text in the tokenizers transformers ships
     (byte-level BPE, SentencePiece), so a source whose largest prompt in bytes, plus the template's and the chat
     template's share, is under the bound passes without a tokenizer; otherwise the largest prompts the scan kept
-    are rendered as the trainer renders them and counted with the model's own tokenizer (a local model's)."""
+    are rendered as the trainer renders them and counted with the model's own tokenizer (a local model's). With
+    data.prompt_truncation 'left' or 'delete' a longer prompt is the trainer's to cut or drop; one 64 bytes a token
+    beyond the bound is still refused, as it would cost the tokenizer far more than any prompt a run keeps."""
     d, limit = spec.data, spec.data.max_prompt_tokens
     overhead = len(d.prompt_template.encode()) + len(d.system_prompt.encode()) + 256  # 256: the chat template's
     over = [p for p in longest if p.nbytes + overhead > limit]
@@ -273,11 +276,13 @@ def _prompt_length_issues(spec: RunSpec, base: Path, path: str, longest: tuple[L
     fld = "data.max_prompt_tokens"
     tok = None
     m = spec.model.name_or_path.strip()
-    if m and not is_hub_id(m, base) and (_local(base, m) / "config.json").is_file():
+    if d.prompt_truncation == "refuse" and m and not is_hub_id(m, base) and (_local(base, m) / "config.json").is_file():
         tok = _tokenizer(str(_local(base, m)), spec.model.trust_remote_code)
     for p in over:
         if p.cells is None or p.nbytes > 64 * limit:  # no tokenizer packs 64 bytes into a token on average
             return [SpecIssue(fld, f"{path} {p.where}: the prompt is {p.nbytes:,} bytes, far beyond {limit:,} tokens")]
+        if d.prompt_truncation != "refuse":
+            continue  # cut or dropped when the data loads; only a prompt far beyond the bound is refused
         if tok is None:
             continue  # a hub model: only the size is judged here
         try:
@@ -597,6 +602,9 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
         issues.append(SpecIssue("output.eval_steps", "evaluation every N steps needs data.eval_sources"))
     if a.warmup_steps > a.max_steps:
         issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
+    if r.max_model_len and r.max_model_len <= r.max_completion_length:
+        issues.append(SpecIssue("rollout.max_model_len", f"{r.max_model_len} tokens leave no room for a prompt beside "
+                                                         f"max_completion_length ({r.max_completion_length})"))
     if not re.fullmatch(r"[\w.-]*", spec.output.run_name):
         issues.append(SpecIssue("output.run_name", "use letters, digits, '.', '-' and '_' only"))
     _check_runs_dir(spec, base, issues)
@@ -657,7 +665,7 @@ def check_machine(spec: RunSpec, machine: Machine, base_dir: str | Path = ".",
                     path, _ = split_source(src)
                 except ValueError:
                     continue  # a bad '#N' is check_spec's to report
-                if is_hub_dataset(path, base_dir) and not hub_cached(path, "dataset"):
+                if is_hub_dataset(path, base_dir) and not hub_cached(split_subset(path)[0], "dataset"):
                     issues.append(SpecIssue(fld, f"{path!r} is not a local file or folder, and the hub cannot be "
                                                  "reached from this machine to load it as a dataset"))
     if r.worker_urls:

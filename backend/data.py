@@ -16,7 +16,7 @@ import numpy as np
 from backend.spec import DataSection
 
 SUPPORTED_DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?$")  # 'org/name', or 'org/name:subset' (ms-swift's)
 # '#N' repeats a source's rows to N: its index costs 8 bytes a row, so 1e11 would need 800 GB before a step.
 # Ten million rows is more prompts than any run here takes (max_steps x prompts_per_step).
 MAX_SAMPLE_COUNT = 10_000_000
@@ -32,6 +32,13 @@ def split_source(source: str) -> tuple[str, int | None]:
     if int(count) > MAX_SAMPLE_COUNT:
         raise ValueError(f"sample count after '#' is at most {MAX_SAMPLE_COUNT:,} rows, got {int(count):,}")
     return path, int(count)
+
+
+def split_subset(ref: str) -> tuple[str, str | None]:
+    """A hub dataset's subset (its config name), written as ms-swift writes it: 'org/name:subset' ->
+    ('org/name', 'subset'); a ref without one -> (ref, None)."""
+    name, sep, subset = ref.partition(":")
+    return (name, subset) if sep and subset else (ref, None)
 
 
 def template_columns(template: str) -> list[str]:
@@ -301,7 +308,8 @@ def load_source(ref: str, base_dir: Path, seed: int):
     path_str, count = split_source(ref)
     try:
         if is_hub_dataset(path_str, base_dir):
-            ds = load_dataset(path_str, split="train")
+            name, subset = split_subset(path_str)
+            ds = load_dataset(name, subset, split="train")
         else:
             p = Path(path_str) if Path(path_str).is_absolute() else base_dir / path_str
             if p.is_dir():
@@ -368,7 +376,38 @@ def render_prompt(row: dict[str, Any], data: DataSection, tokenizer: Any, tools:
                   observation: str | None = None) -> str:
     """The exact text the model is prompted with (chat template applied when enabled). `tools` (JSON schemas) go
     to the template, as `apply_chat_template(tools=...)` takes them; an environment's first `observation` is
-    appended to the last user message (TRL's environments do the same)."""
+    appended to the last user message (TRL's environments do the same). data.chat_template_kwargs go to the
+    template; with data.prompt_truncation 'left', a prompt over data.max_prompt_tokens keeps its last tokens (as
+    TRL's max_prompt_length did: the template's opening tokens go first)."""
+    text = _render(row, data, tokenizer, tools, observation)
+    if data.prompt_truncation == "left":
+        tok = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor's text tokenizer
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        if len(ids) > data.max_prompt_tokens:
+            text = tok.decode(ids[-data.max_prompt_tokens:])
+    return text
+
+
+def prompt_tokens(row: dict[str, Any], data: DataSection, tokenizer: Any) -> int:
+    """The prompt's length in tokens as the model sees it (chat template applied, before any truncation)."""
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    return len(tok(_render(row, data, tokenizer, None, None), add_special_tokens=False)["input_ids"])
+
+
+def drop_long_prompts(rows: list[dict[str, Any]], data: DataSection, tokenizer: Any) -> list[dict[str, Any]]:
+    """The rows whose prompt fits data.max_prompt_tokens, when data.prompt_truncation is 'delete' (ms-swift's
+    truncation_strategy delete); every row otherwise. DataError when no row is left."""
+    if data.prompt_truncation != "delete" or not rows:
+        return rows
+    kept = [r for r in rows if prompt_tokens(r, data, tokenizer) <= data.max_prompt_tokens]
+    if not kept:
+        raise DataError(f"every prompt is longer than data.max_prompt_tokens ({data.max_prompt_tokens:,}): "
+                        "data.prompt_truncation 'delete' dropped them all")
+    return kept
+
+
+def _render(row: dict[str, Any], data: DataSection, tokenizer: Any, tools: list[dict[str, Any]] | None,
+            observation: str | None) -> str:
     prompt = data.prompt_template.format_map(row) if data.prompt_template else row[data.prompt_column]
     use_template = data.chat_template == "on" or (data.chat_template == "auto" and getattr(tokenizer, "chat_template", None))
     if isinstance(prompt, list) or use_template:
@@ -383,7 +422,7 @@ def render_prompt(row: dict[str, Any], data: DataSection, tokenizer: Any, tools:
                 last["content"] = f"{last.get('content', '')}\n{observation}"
         if not getattr(tokenizer, "chat_template", None):
             raise DataError("prompts are chat messages (or data.chat_template is 'on') but the tokenizer has no chat template")
-        kw = {"tools": tools} if tools else {}
+        kw = {**data.chat_template_kwargs, **({"tools": tools} if tools else {})}
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
     text = f"{prompt}\n{observation}" if observation else str(prompt)
     return f"{data.system_prompt}\n{text}" if data.system_prompt else text

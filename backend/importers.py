@@ -124,6 +124,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "cosine_min_value_wrong": 0.0, "cosine_max_value_wrong": -0.5, "cosine_min_value_correct": 0.5,
         "cosine_max_value_correct": 1.0, "cosine_max_len": 1000, "repetition_n_grams": 3,
         "repetition_max_penalty": -1.0, "max_completion_len": 16384, "soft_punish_cache": 4096, "num_processes": 7,
+        "code_language": "python",
     },
 }
 # defaults that depend on another option: ms-swift's learning rate follows the tuner
@@ -137,19 +138,20 @@ _SWIFT_KL_IN_REWARD = {"rloo", "reinforce_plus_plus"}
 # the targets to the registry). The reward's own options become its params (_REWARD_PARAMS).
 _REWARD_ALIASES: dict[str, dict[str, str]] = {
     "swift": {"accuracy": "accuracy", "format": "format", "cosine": "cosine", "repetition": "repetition",
-              "soft_overlong": "soft_overlong"},
+              "soft_overlong": "soft_overlong", "react_format": "react_format"},
     "open-r1": {"accuracy": "accuracy", "format": "format", "tag_count": "tag_count", "cosine": "cosine",
-                "repetition_penalty": "repetition", "length": "length", "soft_overlong_punishment": "soft_overlong"},
+                "repetition_penalty": "repetition", "length": "length", "soft_overlong_punishment": "soft_overlong",
+                "code": "code", "binary_code": "code", "code_format": "code_format"},
     "trl": {"accuracy_reward": "accuracy"},
 }
 _OURS = {name for table in _REWARD_ALIASES.values() for name in table.values()}
+# an alias that is one of our built-ins with a parameter set (open-r1's binary_code: the code reward, all or nothing)
+_ALIAS_PARAMS: dict[str, dict[str, Any]] = {"binary_code": {"binary": True}}
 # the sources' built-ins we have no equivalent of: dropped from the rewards, with the reason
 _REWARDS_LACKING: dict[str, str] = {
-    "code": "runs generated code against test cases in a sandbox (E2B/Morph)",
-    "binary_code": "runs generated code against test cases in a sandbox",
     "ioi_code": "runs IOI solutions in a Piston sandbox", "cf_code": "runs Codeforces solutions in a sandbox",
-    "code_format": "checks a language-specific code-block format", "reasoning_steps": "counts 'Step 1:'-style markers",
-    "react_format": "checks the ReAct tool-call format", "toolbench": "ToolBench's tool-call match",
+    "reasoning_steps": "counts 'Step 1:'-style markers",
+"toolbench": "ToolBench's tool-call match",
     "math": "ms-swift's MathORM (its own answer extraction)",
     "think_format_reward": "TRL's <think>-only format check",
     "reasoning_accuracy_reward": "TRL's accuracy on the text after </think>",
@@ -171,11 +173,11 @@ _REWARD_PARAMS: dict[str, dict[str, tuple[str, str]]] = {
         "cosine_max_value_correct": ("cosine", "max_value_correct"), "cosine_max_len": ("cosine", "max_len"),
         "repetition_n_grams": ("repetition", "ngram_size"), "repetition_max_penalty": ("repetition", "max_penalty"),
         "max_completion_len": ("soft_overlong", "max_completion_len"),
-        "soft_punish_cache": ("soft_overlong", "cache_len"),
+        "soft_punish_cache": ("soft_overlong", "cache_len"), "code_language": ("code_format", "language"),
     },
     "trl": {},
 }
-_PARAM_TYPES = {"max_len": int, "ngram_size": int, "max_completion_len": int, "cache_len": int}
+_PARAM_TYPES = {"max_len": int, "ngram_size": int, "max_completion_len": int, "cache_len": int, "language": str}
 
 
 # ----------------------------------------------------------------------------- why an option is not applied
@@ -248,17 +250,14 @@ _REASONS: list[tuple[frozenset[str], str]] = [
     (frozenset({"min_p", "repetition_penalty", "stop_words", "structured_outputs_regex", "vllm_structured_outputs_regex",
                 "vllm_guided_decoding_regex", "generation_kwargs", "max_new_tokens_eval"}),
      "a sampling option the rollout here does not offer (temperature, top_p, top_k only)"),
-    (frozenset({"chat_template_kwargs", "enable_thinking"}),
-     "chat-template kwargs (e.g. enable_thinking) are not implemented here"),
     (frozenset({"parallel_code_exec_per_proc", "e2b_router_url", "morph_router_url", "code_eval_test_batch_size",
-                "code_eval_scoring_mode", "code_language", "code_provider", "ioi_provider"}),
-     "a setting of open-r1's code rewards, which have no built-in here"),
+                "code_eval_scoring_mode", "code_provider", "ioi_provider"}),
+     "a setting of open-r1's code execution providers (E2B, Morph, Piston): the code rewards here run in the local "
+     "sandbox (backend/sandbox.py)"),
     (frozenset({"fsdp", "fsdp_config"}), "FSDP: sharding here is DeepSpeed ZeRO (resources.deepspeed_stage)"),
     (frozenset({"loss_scale"}), "ms-swift's per-turn loss weights: the completion alone is trained here"),
     (frozenset({"chat_template"}), "a custom chat template: the tokenizer's own template is applied here"),
-    (frozenset({"max_length", "truncation_strategy", "max_prompt_length"}),
-     "prompt truncation is not implemented here: prompts are kept whole"),
-    (frozenset({"vllm_max_model_len", "vllm_max_model_length", "vllm_pipeline_parallel_size",
+    (frozenset({"vllm_pipeline_parallel_size",
                 "vllm_enable_expert_parallel", "vllm_quantization", "vllm_reasoning_parser", "vllm_speculative_config",
                 "vllm_engine_kwargs", "vllm_kv_cache_dtype"}),
      "an engine setting the rollout here does not expose: the engine's context follows the model and "
@@ -274,8 +273,9 @@ _REASONS: list[tuple[frozenset[str], str]] = [
      "a reward model's loader plugin: the reward_model reward here reads a sequence-classification model"),
     (frozenset({"rollout_importance_sampling_mode", "rollout_importance_sampling_threshold", "vllm_importance_sampling_clip_min"}),
      "ms-swift's rollout importance sampling: use rollout.vllm_importance_sampling_* here"),
-    (frozenset({"dataset_config", "dataset_configs", "dataset_mixture", "subset"}),
-     "dataset configs (subsets) are not selectable here: the hub id's default config is read"),
+    (frozenset({"dataset_configs", "dataset_mixture"}),
+     "several configs of one dataset, or a mixture's per-dataset settings: give each config as its own source "
+     "('org/name:config')"),
     (frozenset({"lr_scheduler_kwargs", "min_lr", "lr_decay_iters", "optim", "adam_beta1", "adam_beta2", "adam_epsilon",
                 "warmup_steps_ratio", "lr_warmup_init"}),
      "an optimizer/schedule detail not offered here (AdamW, schedule to 0)"),
@@ -572,9 +572,13 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
     if key in ("ref_model_mixup_alpha", "ref_model_sync_steps") and not _bool(ctx.get("sync_ref_model", False)):
         ctx.done(key)  # no effect without sync_ref_model, in the source too
         return True
-    if key in ("max_prompt_length", "max_length", "chat_template_kwargs", "vllm_max_model_len",
-               "vllm_max_model_length") and _is_null(value):
-        ctx.done(key)  # None: no truncation / the engine's own, as here
+    if key in ("max_prompt_length", "max_length", "truncation_strategy", "chat_template_kwargs", "enable_thinking"):
+        return _prompt_options(ctx, key, value)
+    if key in ("vllm_max_model_len", "vllm_max_model_length"):
+        if _is_null(value):
+            ctx.done(key)  # None: the engine's own, as here
+        else:
+            ctx.set("rollout.max_model_len", _int(value), key)
         return True
     if key.endswith("parallel_size") and not key.startswith("vllm_") and str(_first(value)) == "1":
         ctx.done(key)  # no model parallelism: as here
@@ -589,6 +593,47 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
         ctx.done(key)  # the neutral value: sampling as here
         return True
     return False
+
+
+def _prompt_options(ctx: _Ctx, key: str, value: Any) -> bool:
+    """How prompts are built and bounded: TRL's (< 1.0) and open-r1's max_prompt_length cuts from the left;
+    ms-swift's max_length bounds the prompt in GRPO, cut as its truncation_strategy says (left, its GRPO default,
+    or delete); chat_template_kwargs (TRL) and --enable_thinking (ms-swift) go to the chat template."""
+    if key in ("max_prompt_length", "max_length"):
+        if _is_null(value):
+            ctx.done(key)  # None: prompts are not cut, as here
+            return True
+        how = "left" if key == "max_prompt_length" else str(_first(ctx.get("truncation_strategy", "left"))).lower()
+        if how not in ("left", "delete"):
+            ctx.skip(key, f"truncation_strategy {how!r}: prompts here are cut from the left or dropped")
+            return True
+        ctx.set("data.max_prompt_tokens", _int(value), key)
+        ctx.set("data.prompt_truncation", how, key)
+    elif key == "truncation_strategy":
+        if _is_null(ctx.get("max_length")):
+            ctx.done(key)  # without max_length nothing is cut, in the source too
+        elif str(_first(value)).lower() in ("left", "delete"):
+            ctx.done(key)  # read with max_length
+        else:
+            ctx.skip(key, "prompts here are cut from the left or dropped (left, delete)")
+    elif key == "chat_template_kwargs":
+        kwargs = value
+        if isinstance(value, (str, list)):
+            try:
+                kwargs = json.loads(_text(value))
+            except json.JSONDecodeError:
+                kwargs = None
+        if _is_null(value):
+            ctx.done(key)
+        elif isinstance(kwargs, dict):
+            ctx.set("data.chat_template_kwargs", {**ctx.res.values.get("data.chat_template_kwargs", {}), **kwargs},
+                    key)
+        else:
+            ctx.skip(key, "not a JSON mapping of chat-template arguments")
+    else:  # enable_thinking (ms-swift): the template argument of the same name
+        kwargs = {**ctx.res.values.get("data.chat_template_kwargs", {}), "enable_thinking": _bool(value)}
+        ctx.set("data.chat_template_kwargs", kwargs, key)
+    return True
 
 
 def _deepspeed(ctx: _Ctx, key: str, value: Any) -> None:
@@ -652,18 +697,19 @@ _MODELSCOPE_ORGS = {"AI-ModelScope", "modelscope", "swift", "LLM-Research", "iic
 
 
 def _sources(ctx: _Ctx, key: str, value: Any, path: str) -> None:
-    """Dataset references: ms-swift's 'id:subset#N' loses the subset (reported); ModelScope ids are flagged."""
+    """Dataset references: ms-swift's 'id:subset#N' is kept as written (a hub subset loads as that config);
+    TRL's dataset_config becomes the id's subset; ModelScope ids are flagged."""
     out = []
     use_hf = _bool(ctx.opts.get("use_hf", "false")) or ctx.opts.get("_env_USE_HF", "0") == "1"
     for ref in _list(value):
         name, hash_, count = ref.partition("#")
         base, colon, subset = name.partition(":")
         looks_local = base.startswith((".", "/", "~")) or base.endswith((".jsonl", ".json", ".csv", ".parquet"))
-        if colon and not looks_local:
-            ctx.skip(key, _reason("subset") + f" (subset {subset!r})", ref)
-            name = base
+        config = ctx.opts.get("dataset_config") if key == "dataset_name" else None
+        if not colon and not looks_local and not _is_null(config):
+            name = f"{name}:{_first(config)}"
         out.append(name + hash_ + count)
-        org = name.split("/")[0]
+        org = base.split("/")[0]
         if ctx.tool in ("swift", "megatron") and not looks_local and "/" in name and not use_hf:
             if org in _MODELSCOPE_ORGS:
                 ctx.note(f"{name}: a ModelScope id (ms-swift reads ModelScope unless --use_hf true); hub ids here are "
@@ -685,7 +731,8 @@ def _rewards(ctx: _Ctx, names: list[str], weights: list[float] | None, models: l
     aliases = _REWARD_ALIASES[ctx.tool if ctx.tool != "megatron" else "swift"]
     # (our name, params, the source's name), in the source's order: its weights follow that order
     rm: list[tuple[str, dict[str, Any], str]] = [("reward_model", {"path": m}, m) for m in models]
-    funcs: list[tuple[str, dict[str, Any], str]] = [(aliases.get(n, n), {}, n) for n in names]
+    funcs: list[tuple[str, dict[str, Any], str]] = [(aliases.get(n, n), dict(_ALIAS_PARAMS.get(n, {})), n)
+                                                     for n in names]
     entries = rm + funcs if models_first else funcs + rm
     if weights is not None and len(weights) != len(entries):
         ctx.skip("reward_weights", f"{len(weights)} weights for {len(entries)} rewards: the source would refuse "
@@ -714,7 +761,8 @@ def _rewards(ctx: _Ctx, names: list[str], weights: list[float] | None, models: l
                 if param in ("max_len", "max_completion_len") else None
             if value is None:
                 continue
-        by_name[reward]["params"][param] = _PARAM_TYPES.get(param, float)(_num(value))
+        kind = _PARAM_TYPES.get(param, float)
+        by_name[reward]["params"][param] = str(_first(value)) if kind is str else kind(_num(value))
         if key in ctx.opts:
             ctx.done(key)
         else:
@@ -1328,15 +1376,19 @@ def _trl_special(ctx: _Ctx, key: str, value: Any) -> bool:
             ctx.done(key)
         else:
             ctx.skip(key, "the 'train' split is read here")
-    elif key == "dataset_config" and _is_null(value):
-        ctx.done(key)
+    elif key == "dataset_config":
+        if _is_null(value) or "dataset_name" in ctx.opts:
+            ctx.done(key)  # read with dataset_name, as its subset
+        else:
+            ctx.skip(key, "a dataset config without dataset_name")
     elif key == "dataset_mixture" and isinstance(value, dict):
         ds = value.get("datasets") or []
-        ids = [str(d.get("id")) for d in ds if isinstance(d, dict) and d.get("id")]
+        ids = [str(d["id"]) + (f":{d['config']}" if d.get("config") else "")
+               for d in ds if isinstance(d, dict) and d.get("id")]
         if ids:
             ctx.set("data.sources", ids, key)
-        ctx.skip(key, "a mixture's per-dataset configs, splits, columns and weights are not read: the ids are mixed "
-                      "in equal parts")
+        ctx.skip(key, "a mixture's per-dataset splits, columns and weights are not read: the ids (with their "
+                      "configs) are mixed in equal parts")
     elif key in ("system_prompt",) and _is_null(value):
         ctx.done(key)
     elif key == "datasets" and isinstance(value, list):  # TRL's mixture: [{path: id, ...}]

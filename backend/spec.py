@@ -126,11 +126,12 @@ class ModelSection(Section):
 class DataSection(Section):
     sources: list[str] = Field(
         ["assets/data/add_train.jsonl"], description="Training data: JSONL, JSON, CSV or Parquet files, saved "
-                                                     "datasets directories or hub dataset ids, each optionally with a "
-                                                     "sample count ('train.jsonl#1800'); mixed by the seed.",
+                                                     "datasets directories or hub dataset ids (a subset as "
+                                                     "'org/name:subset'), each optionally with a sample count "
+                                                     "('train.jsonl#1800'); mixed by the seed.",
         json_schema_extra=_ui("Training data", "训练数据",
-                              "训练数据：JSONL、JSON、CSV 或 Parquet 文件，已保存的 datasets 目录或 Hub 数据集 ID，"
-                              "可带样本数（'train.jsonl#1800'）；按随机种子混合。"))
+                              "训练数据：JSONL、JSON、CSV 或 Parquet 文件，已保存的 datasets 目录或 Hub 数据集 ID"
+                              "（子集写作 'org/name:subset'），可带样本数（'train.jsonl#1800'）；按随机种子混合。"))
     prompt_column: str = Field("prompt", description="Column with the prompt: a string or a list of chat messages.",
                                json_schema_extra=_ui("Prompt column", "提示列", "提示所在的列：字符串或对话消息列表。"))
     solution_column: str = Field(
@@ -163,12 +164,27 @@ class DataSection(Section):
     chat_template: Literal["auto", "on", "off"] = Field(
         "auto", description="Apply the tokenizer's chat template: auto = when the tokenizer has one.",
         json_schema_extra=_ui("Chat template", "对话模板", "是否应用分词器的对话模板：auto = 分词器有模板时应用。"))
+    chat_template_kwargs: dict[str, str | int | float | bool | None] = Field(
+        {}, description="Extra arguments to the chat template, e.g. {\"enable_thinking\": false} for Qwen3 "
+                        "(TRL's chat_template_kwargs, ms-swift's --enable_thinking).",
+        json_schema_extra=_ui("Chat template arguments", "对话模板参数",
+                              "传给对话模板的额外参数，例如 Qwen3 的 {\"enable_thinking\": false}"
+                              "（即 TRL 的 chat_template_kwargs、ms-swift 的 --enable_thinking）。", advanced=True))
     max_prompt_tokens: int = Field(
         8192, ge=16, le=262_144, description="Longest prompt in tokens (as the model sees it, chat template "
-                                             "applied): a local source with a longer one is refused before launch.",
+                                             "applied); what happens to a longer one is data.prompt_truncation.",
         json_schema_extra=_ui("Max prompt tokens", "提示最多词元数",
-                              "提示的最大词元数（按模型所见、套用对话模板后计）：本地数据中有更长的提示时启动前即拒绝。",
+                              "提示的最大词元数（按模型所见、套用对话模板后计）；更长的提示如何处理见“超长提示”。",
                               advanced=True))
+    prompt_truncation: Literal["refuse", "left", "delete"] = Field(
+        "refuse", description="A prompt longer than max_prompt_tokens: refuse = the run is refused before launch "
+                              "(local sources); left = keep its last max_prompt_tokens tokens (TRL's "
+                              "max_prompt_length); delete = drop the row when the data loads (ms-swift's "
+                              "truncation_strategy delete).",
+        json_schema_extra=_ui("Long prompts", "超长提示",
+                              "长于“提示最多词元数”的提示：refuse = 启动前拒绝该运行（本地数据）；left = 只保留最后 "
+                              "max_prompt_tokens 个词元（即 TRL 的 max_prompt_length）；delete = 加载数据时删去该行"
+                              "（即 ms-swift 的 truncation_strategy delete）。", advanced=True))
     limit: int = Field(0, ge=0, description="Use at most this many training rows after mixing (0 = all).",
                        json_schema_extra=_ui("Row limit", "行数上限", "混合后最多使用这么多训练行（0 = 全部）。"))
     eval_sources: list[str] = Field(
@@ -287,6 +303,13 @@ class RolloutSection(Section):
     gpu_memory_utilization: float = Field(
         0.9, gt=0.0, le=1.0, description="Fraction of GPU memory the engine may take.",
         json_schema_extra=_ui("GPU memory fraction", "显存占用比例", "引擎可占用的显存比例。", advanced=True))
+    max_model_len: int = Field(
+        0, ge=0, le=1_048_576, description="The engine's context in tokens, prompt and completion together "
+                                           "(vLLM's max_model_len, LMDeploy's session_len; 0 = the model's own): "
+                                           "a smaller one leaves more memory to the KV cache.",
+        json_schema_extra=_ui("Engine context length", "引擎上下文长度",
+                              "引擎的上下文词元数，提示与生成合计（vLLM 的 max_model_len、LMDeploy 的 session_len；"
+                              "0 = 模型自身的）：设小一些可把更多显存留给 KV 缓存。", advanced=True))
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="GPUs per engine instance (tensor parallel).",
         json_schema_extra=_ui("Tensor parallel size", "张量并行数",

@@ -115,3 +115,71 @@ def test_prompt_sampler_passes_over_solved_rows_and_resumes_exactly() -> None:
     assert again.take(30) == rest
     skipping.mark(3, solved=False)  # a solved row that failed again is taken every time
     assert 3 not in skipping.solved
+
+
+def _template_tokenizer():
+    """The tiny model's tokenizer with a chat template that reads an extra argument, as Qwen3's reads
+    enable_thinking."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ROOT / "assets/tiny-tools")
+    tok.chat_template = ("{% for m in messages %}Q:{{ m.content }}{% endfor %}"
+                         "{% if enable_thinking is defined and not enable_thinking %}N{% endif %}A:")
+    return tok
+
+
+def test_chat_template_kwargs_reach_the_template() -> None:
+    tok = _template_tokenizer()
+    row = {"prompt": "1+1="}
+    assert render_prompt(row, DataSection(), tok) == "Q:1+1=A:"
+    assert render_prompt(row, DataSection(chat_template_kwargs={"enable_thinking": False}), tok) == "Q:1+1=NA:"
+
+
+def test_long_prompts_are_cut_from_the_left_or_dropped() -> None:
+    from backend.data import drop_long_prompts, prompt_tokens
+
+    tok = _template_tokenizer()
+    long_row, short_row = {"prompt": "1+2+3+4+5+6+7+8+9+1+2+3+4+5+6+7+8+9="}, {"prompt": "1+1="}
+    n = prompt_tokens(long_row, DataSection(), tok)
+    assert n > 16 >= prompt_tokens(short_row, DataSection(), tok)
+    left = DataSection(max_prompt_tokens=16, prompt_truncation="left")
+    cut = render_prompt(long_row, left, tok)
+    whole = render_prompt(long_row, DataSection(), tok)
+    assert whole.endswith(cut) and len(cut) < len(whole)  # the end of the prompt, where the question is, stays
+    assert len(tok(cut, add_special_tokens=False)["input_ids"]) == 16
+    assert render_prompt(short_row, left, tok) == render_prompt(short_row, DataSection(), tok)
+    delete = DataSection(max_prompt_tokens=16, prompt_truncation="delete")
+    assert drop_long_prompts([long_row, short_row], delete, tok) == [short_row]
+    assert drop_long_prompts([long_row, short_row], DataSection(max_prompt_tokens=16), tok) == [long_row, short_row]
+    with pytest.raises(DataError, match="dropped them all"):
+        drop_long_prompts([long_row], delete, tok)
+
+
+def test_the_length_check_refuses_only_when_asked_to(tmp_path: Path) -> None:
+    src = tmp_path / "long.jsonl"
+    src.write_text(json.dumps({"prompt": "1+2+" * 40 + "1=", "solution": "1"}) + "\n")
+    base = ["model.name_or_path=assets/tiny-add", f"data.sources=[{src}]", "data.max_prompt_tokens=32"]
+    refuse = load_spec(ROOT / "presets/tiny-cpu.yaml", base)
+    assert any(i.field == "data.max_prompt_tokens" for i in check_spec(refuse, ROOT))
+    for how in ("left", "delete"):
+        spec = load_spec(ROOT / "presets/tiny-cpu.yaml", [*base, f"data.prompt_truncation={how}"])
+        assert not any(i.field == "data.max_prompt_tokens" for i in check_spec(spec, ROOT))
+
+
+def test_a_hub_subset_loads_as_its_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    from backend.data import is_hub_dataset, load_source, split_subset
+
+    assert split_subset("openai/gsm8k:main") == ("openai/gsm8k", "main")
+    assert split_subset("openai/gsm8k") == ("openai/gsm8k", None)
+    assert is_hub_dataset("openai/gsm8k:main", ROOT) and not is_hub_dataset("assets/data:x", ROOT)
+    asked = []
+
+    def fake_load(name, subset=None, split=None):  # the hub cannot be reached here: record what is asked
+        asked.append((name, subset, split))
+        return datasets.Dataset.from_list([{"prompt": "1+1=", "solution": "2"}])
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load)
+    assert len(load_source("openai/gsm8k:main#3", ROOT, 0)) == 3
+    assert asked == [("openai/gsm8k", "main", "train")]

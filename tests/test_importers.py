@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from backend.importers import (
+    _ALIAS_PARAMS,
     _REWARD_ALIASES,
     _REWARD_PARAMS,
     DEFAULTS,
@@ -256,14 +257,15 @@ def test_epochs_become_steps_where_the_data_size_is_known():
 
 def test_datasets_subsets_modelscope_and_open_r1_columns():
     res = import_any("swift rlhf --rlhf_type grpo --dataset modelscope/competition_math:default#500 local.jsonl")
-    assert res.values["data.sources"] == ["modelscope/competition_math#500", "local.jsonl"]
-    assert any("subset" in u.reason for u in res.unmapped)
+    assert res.values["data.sources"] == ["modelscope/competition_math:default#500", "local.jsonl"]
+    assert "--dataset" not in unmapped_options(res)  # the subset is kept: it loads as the dataset's config
     assert any("ModelScope id" in n for n in res.notes)
     r1 = import_any("dataset_name: open-r1/OpenR1-Math-220k\ndataset_config: default\ndataset_prompt_column: problem\n"
                     "system_prompt: Think first.")
     assert r1.source == OPENR1_SOURCE
     assert r1.values["data.prompt_column"] == "problem" and r1.values["data.system_prompt"] == "Think first."
-    assert "dataset_config" in unmapped_options(r1)
+    assert r1.values["data.sources"] == ["open-r1/OpenR1-Math-220k:default"]
+    assert "dataset_config" not in unmapped_options(r1)
     cols = import_any("swift rlhf --rlhf_type grpo --columns '{\"answer\": \"solution\", \"problem\": \"query\"}'")
     assert cols.values["data.solution_column"] == "answer" and cols.values["data.prompt_column"] == "problem"
 
@@ -273,12 +275,18 @@ def test_reward_params_aliases_and_weights():
                     "reward_weights: [1, 0.5, 0.2, 1, 1]\ncosine_max_len: 2000\nrepetition_n_grams: 4\n"
                     "max_completion_len: 4096\nsoft_punish_cache: 512\n")
     funcs = {f["name"]: f for f in r1.values["rewards.functions"]}
-    assert set(funcs) == {"accuracy", "cosine", "repetition", "soft_overlong"}  # 'code' has no built-in here
+    assert set(funcs) == {"accuracy", "cosine", "repetition", "soft_overlong", "code"}
     assert funcs["cosine"]["params"] == {"min_value_wrong": 0.0, "max_value_wrong": -0.5, "min_value_correct": 0.5,
                                          "max_value_correct": 1.0, "max_len": 2000}  # open-r1's defaults, its max_len
     assert funcs["repetition"]["params"] == {"ngram_size": 4, "max_penalty": -1.0} and funcs["repetition"]["weight"] == 0.2
     assert funcs["soft_overlong"]["params"] == {"max_completion_len": 4096, "cache_len": 512}
-    assert any(u.value == "code" for u in r1.unmapped)
+    assert not any(u.value == "code" for u in r1.unmapped)
+    code = import_any("reward_funcs: [binary_code, code_format, reasoning_steps]\ncode_language: cpp\n")
+    assert code.values["rewards.functions"] == [
+        {"name": "code", "weight": 1.0, "params": {"binary": True}},
+        {"name": "code_format", "weight": 1.0, "params": {"language": "cpp"}}]
+    assert any(u.value == "reasoning_steps" for u in code.unmapped)  # no built-in: left out, said so
+    code.apply()
     swift = import_any("swift rlhf --rlhf_type grpo --reward_funcs cosine soft_overlong --max_completion_length 1024 "
                        "--soft_cache_length 256 --cosine_min_len_value_wrong -1.0")
     sf = {f["name"]: f for f in swift.values["rewards.functions"]}
@@ -299,6 +307,9 @@ def test_reward_aliases_and_params_name_our_built_ins():
     for table in _REWARD_PARAMS.values():
         for reward, param in table.values():
             assert param in BUILTIN_REWARDS[reward].params_model.model_fields
+    for alias, params in _ALIAS_PARAMS.items():
+        reward = _REWARD_ALIASES["open-r1"][alias]
+        assert set(params) <= set(BUILTIN_REWARDS[reward].params_model.model_fields)
 
 
 def test_lacking_algorithms_are_reported_not_added():
@@ -358,6 +369,26 @@ def test_vespo_and_its_parameters_from_trl():
     assert not unmapped_options(res) & {"vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"}
     custom = import_any("loss_type: vespo\nvespo_k_pos: 1.5\nvespo_lambda_neg: 4\nnum_generations: 4").apply()
     assert (custom.algorithm.vespo_k_pos, custom.algorithm.vespo_lambda_neg) == (1.5, 4.0)
+
+
+def test_prompt_bounds_and_chat_template_arguments():
+    swift = import_any("swift rlhf --rlhf_type grpo --max_length 2048 --truncation_strategy delete "
+                       "--enable_thinking false")
+    assert swift.values["data.max_prompt_tokens"] == 2048 and swift.values["data.prompt_truncation"] == "delete"
+    assert swift.values["data.chat_template_kwargs"] == {"enable_thinking": False}
+    left = import_any("swift rlhf --rlhf_type grpo --max_length 1024")  # ms-swift's GRPO default: left
+    assert left.values["data.prompt_truncation"] == "left"
+    right = import_any("swift rlhf --rlhf_type grpo --max_length 1024 --truncation_strategy right")
+    assert "--max_length" in unmapped_options(right) and "data.max_prompt_tokens" not in right.values
+    trl = import_any("max_prompt_length: 256\nchat_template_kwargs: {enable_thinking: true}\n")
+    assert trl.values["data.max_prompt_tokens"] == 256 and trl.values["data.prompt_truncation"] == "left"
+    assert trl.values["data.chat_template_kwargs"] == {"enable_thinking": True}
+    r1 = import_any("dataset_name: open-r1/OpenR1-Math-220k\ndataset_prompt_column: problem\n")
+    assert r1.values["data.max_prompt_tokens"] == 512 and "max_prompt_length" in r1.defaults  # open-r1's default
+    bad = import_any("chat_template_kwargs: '[1, 2]'\n")
+    assert "chat_template_kwargs" in unmapped_options(bad)
+    for res in (swift, trl, r1):
+        res.apply()
 
 
 def test_python_grpo_config_snippets():
@@ -493,3 +524,18 @@ def test_multi_turn_limits_import_and_the_plugins_say_what_to_write() -> None:
     assert sched and "tools.environment" in sched[0].reason
     r = import_any("max_tool_calling_iterations: 4\nlearning_rate: 1.0e-6\nnum_generations: 4\n", "grpo.yaml")
     assert r.values["rollout.max_turns"] == 5
+
+
+def test_the_engine_context_length_maps_and_reaches_the_worker() -> None:
+    from backend.checks import check_spec
+    from backend.train.builders import worker_config
+
+    res = import_any("swift rlhf --rlhf_type grpo --use_vllm true --vllm_max_model_len 4096 "
+                     "--max_completion_length 1024")
+    assert res.values["rollout.max_model_len"] == 4096 and "--vllm_max_model_len" not in unmapped_options(res)
+    spec = res.apply()
+    root = Path(__file__).parent.parent
+    assert worker_config(spec, root).max_model_len == 4096
+    short = spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"max_model_len": 1024})})
+    assert any(i.field == "rollout.max_model_len" for i in check_spec(short, root))
+    assert not any(i.field == "rollout.max_model_len" for i in check_spec(spec, root))

@@ -84,6 +84,14 @@ def test_format(completion: str, want: float) -> None:
     assert score("format", [completion]) == [want]
 
 
+def test_react_format_is_ms_swifts_pattern() -> None:
+    got = score("react_format", ["<think>plan</think>\nAction: search\nAction Input: {\"q\": 1}",
+                                 "<think>plan</think> Action Input: x Action: y",   # the input before the action
+                                 "Action: search\nAction Input: x",                 # no think block first
+                                 "<think>\nmulti\nline\n</think>Action:a Action Input:b\ntrailing"])
+    assert got == [1.0, 0.0, 0.0, 1.0]  # anything may follow 'Action Input:' (its `.*?$`, MULTILINE)
+
+
 def test_tag_count() -> None:
     got = score("tag_count", ["<think>a</think><answer>b</answer>", "<think>a</think>", "", "<think><think></think>"])
     assert got == [1.0, 0.5, 0.0, 0.25]

@@ -63,7 +63,7 @@ def engine(request, tok, tmp_path_factory):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         from backend.rollout.vllm_engine import VLLMEngine
 
-        eng = VLLMEngine(WorkerConfig(engine="vllm", model=str(TINY), dtype="float32"))
+        eng = VLLMEngine(WorkerConfig(engine="vllm", model=str(TINY), dtype="float32", max_model_len=48))
         yield kind, eng
         eng.close()
         return
@@ -103,6 +103,13 @@ def test_shapes_and_finish_reasons(engine, tok) -> None:
     assert "stop" in reasons  # the tiny model answers an addition and stops
     short = eng.generate(_prompts(tok, ["12+34="]), SamplingParams(n=3, max_tokens=1, seed=0))
     assert all(c.finish_reason == "length" and len(c.token_ids) == 1 for c in short[0])
+
+
+def test_the_engine_takes_its_context_length(engine) -> None:
+    kind, eng = engine
+    if kind != "vllm":
+        pytest.skip("rollout.max_model_len is vLLM's max_model_len (LMDeploy's session_len); hf has no cache to size")
+    assert eng.llm.llm_engine.model_config.max_model_len == 48  # the tiny model's own is 64
 
 
 def test_logprobs_equal_a_forward_pass(engine, tok, reference) -> None:

@@ -318,6 +318,26 @@ def test_code_reward_scores_the_fraction_of_tests_passed() -> None:
     assert got == [1.0, 1.0, 0.75, 0.5, 0.0, None]
 
 
+def test_binary_code_scores_all_or_nothing() -> None:
+    sums, words, empty = ROWS
+    gold = fenced(extract_code(sums["gold_standard_solution"]) or "")
+    got = score([gold, fenced(SUM_WRONG), "no code here", fenced("print(42)")], [sums, sums, sums, empty],
+                {"binary": True})
+    assert got == [1.0, 0.0, 0.0, None]  # 3 of 4 tests is 0 here, as open-r1's binary_code_reward scores it
+
+
+def test_code_format_is_open_r1s_pattern() -> None:
+    fn = BUILTIN_REWARDS["code_format"].make({})
+    good = "<think>\nplan\n</think>\n<answer>\nsee:\n```python\nprint(1)\n```\n</answer>"
+    no_fence = "<think>\nplan\n</think>\n<answer>\nprint(1)\n</answer>"
+    other_lang = good.replace("```python", "```cpp")
+    no_newline = good.replace("<think>\n", "<think>")
+    trailing_line = good + "\nmore"  # `$` matches at the answer's line end (MULTILINE), as in open-r1
+    assert fn(completions=[good, no_fence, other_lang, no_newline, trailing_line]) == [1.0, 0.0, 0.0, 0.0, 1.0]
+    assert BUILTIN_REWARDS["code_format"].make({"language": "cpp"})(completions=[other_lang]) == [1.0]
+    assert BUILTIN_REWARDS["code_format"].check_params({"language": "a b"})
+
+
 def test_code_reward_reads_the_last_block_and_chat_messages() -> None:
     sums = ROWS[0]
     right = extract_code(sums["gold_standard_solution"]) or ""

@@ -64,6 +64,17 @@ def format_(completions: list[Any], prompts: list[Any] | None = None, **_: Any) 
     return out
 
 
+_REACT = re.compile(r"^<think>.*?</think>\s*Action:.*?Action Input:.*?$", re.DOTALL | re.MULTILINE)
+
+
+@builtin("react_format")
+def react_format(completions: list[Any], prompts: list[Any] | None = None, **_: Any) -> list[float | None]:
+    """ms-swift's react_format: 1 if the completion starts with <think>…</think>, then 'Action:' and later
+    'Action Input:' (its pattern `^<think>.*?</think>\\s*Action:.*?Action Input:.*?$`, dot matching newlines),
+    else 0."""
+    return [float(_REACT.match(completion_text(c)) is not None) for c in completions]
+
+
 @builtin("tag_count")
 def tag_count(completions: list[Any], prompts: list[Any] | None = None, **_: Any) -> list[float | None]:
     """0.25 for each of <think>, </think>, <answer>, </answer> that occurs exactly once (0 to 1).

@@ -1,4 +1,6 @@
-"""The `code` reward (open-r1's `code_reward`): run the completion's last ```python block against the row's tests.
+"""The `code` reward (open-r1's `code_reward`; `binary_code` with `binary`) and `code_format` (open-r1's).
+
+`code` runs the completion's last ```python block against the row's tests.
 
 The row's `verification_info` column holds open-r1's format (open-r1/verifiable-coding-problems-python):
 `{"language": "python", "test_cases": [{"input": "...", "output": "...", "type": "stdin_stdout"}, ...]}`, as a
@@ -39,6 +41,14 @@ class CodeParams(BaseModel):
     max_tests: int = Field(50, ge=1, le=1000, description="Run at most this many of a row's test cases (the first).")
     max_output_kb: int = Field(256, ge=1, le=65536, description="Output cap of one test run, in KB.")
     workers: int = Field(4, ge=1, le=64, description="Test runs at once (each is a child process).")
+    binary: bool = Field(False, description="Score 1 when the program passes every test (a fraction above 0.99), "
+                                            "else 0: open-r1's binary_code reward.")
+
+
+class CodeFormatParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    language: str = Field("python", pattern=r"^[\w+#.-]{1,32}$",
+                          description="The fence's language tag the answer must carry (open-r1: python).")
 
 
 def extract_code(text: str) -> str | None:
@@ -87,10 +97,11 @@ def _passes(code: str, case: dict[str, Any], limits: SandboxLimits) -> bool:
 @builtin("code", CodeParams, isolate=True, needs=lambda p: (p.column,), kinds=lambda p: {p.column: ("dict", "text", "null")})
 def code(completions: list[Any], prompts: list[Any] | None = None, *, column: str = "verification_info",
          timeout_s: float = 5.0, memory_mb: int = 512, max_tests: int = 50, max_output_kb: int = 256, workers: int = 4,
-         **columns: Any) -> list[float | None]:
+         binary: bool = False, **columns: Any) -> list[float | None]:
     """Fraction of the row's test cases (open-r1's `verification_info`: stdin -> expected stdout) that the last
     ```python block of the completion passes, each run in the sandbox (`backend.sandbox`) with `timeout_s` and
-    `memory_mb`; 0 without a block; None where the row has no python test cases."""
+    `memory_mb`; 0 without a block; None where the row has no python test cases. With `binary`, 1 where that
+    fraction exceeds 0.99 and 0 elsewhere (open-r1's binary_code_reward)."""
     infos = columns.get(column) or [None] * len(completions)
     limits = SandboxLimits(cpu_s=timeout_s, wall_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_kb << 10)
     out: list[float | None] = [None] * len(completions)
@@ -113,4 +124,17 @@ def code(completions: list[Any], prompts: list[Any] | None = None, *, column: st
             passed[i] += int(ok)
     for i, total in totals.items():
         out[i] = passed[i] / total
+    if binary:
+        return [None if v is None else float(v > 0.99) for v in out]
     return out
+
+
+@builtin("code_format", CodeFormatParams)
+def code_format(completions: list[Any], prompts: list[Any] | None = None, *, language: str = "python",
+                **_: Any) -> list[float | None]:
+    """open-r1's code_format reward: 1 if the completion matches
+    `^<think>\\n.*?\\n</think>\\n<answer>\\n.*?```LANGUAGE.*?```.*?\\n</answer>$` from its start (dot matches newlines,
+    `$` at any line end, as open-r1 compiles it), else 0."""
+    pattern = re.compile(rf"^<think>\n.*?\n</think>\n<answer>\n.*?```{re.escape(language)}.*?```.*?\n</answer>$",
+                         re.DOTALL | re.MULTILINE)
+    return [float(pattern.match(final_text(c)) is not None) for c in completions]

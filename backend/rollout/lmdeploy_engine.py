@@ -37,6 +37,8 @@ class LMDeployEngine(RolloutEngine):
         from lmdeploy import PytorchEngineConfig, TurbomindEngineConfig, pipeline
 
         common = dict(tp=cfg.tensor_parallel_size, cache_max_entry_count=cfg.gpu_memory_utilization)
+        if cfg.max_model_len:
+            common["session_len"] = cfg.max_model_len
         backend = PytorchEngineConfig(**common) if cfg.lmdeploy_backend == "pytorch" else TurbomindEngineConfig(**common)
         self.cfg = cfg
         self.pipe = pipeline(cfg.model, backend_config=backend)

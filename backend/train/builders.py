@@ -92,7 +92,7 @@ def worker_config(spec: RunSpec, base_dir: Path) -> WorkerConfig:
                         device="cuda" if on_gpu else "cpu", threads=r.worker_threads, trust_remote_code=m.trust_remote_code,
                         tensor_parallel_size=r.tensor_parallel_size, gpu_memory_utilization=r.gpu_memory_utilization,
                         enable_sleep=r.sleep and r.placement == "colocate", lmdeploy_backend=r.lmdeploy_backend,
-                        max_model_len=0, seed=spec.algorithm.seed,
+                        max_model_len=r.max_model_len, seed=spec.algorithm.seed,
                         max_lora_rank=m.lora_rank if spec.adapter_push else 0)
 
 

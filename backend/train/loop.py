@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from backend.agent import Agent, context_window
-from backend.data import load_rows
+from backend.data import drop_long_prompts, load_rows
 from backend.eval.greedy import greedy_eval
 from backend.models import compute_dtype, load_vision_processor, resolve_device, spec_tokenizer
 from backend.rewards.scorer import RewardScorer
@@ -109,9 +109,14 @@ class GRPOTrainer:
         self.entropy_control = grpo.EntropyControl(a.entropy_coef, a.use_adaptive_entropy, a.entropy_target,
                                                    a.entropy_coef_delta, a.entropy_coef_min, a.entropy_coef_max)
 
-        rows = load_rows(spec.data.sources, spec.data, a.seed, base_dir)
+        loaded = load_rows(spec.data.sources, spec.data, a.seed, base_dir)
+        rows = drop_long_prompts(loaded, spec.data, self.tokenizer)
+        if len(rows) < len(loaded):
+            print(f"data.prompt_truncation delete: {len(loaded) - len(rows)} of {len(loaded)} prompts are longer "
+                  f"than {spec.data.max_prompt_tokens} tokens and were dropped", flush=True)
         eval_data = spec.data.model_copy(update={"limit": 0})  # data.limit is about training rows
-        self.eval_rows = load_rows(spec.data.eval_sources, eval_data, a.seed, base_dir) if spec.data.eval_sources else []
+        self.eval_rows = drop_long_prompts(load_rows(spec.data.eval_sources, eval_data, a.seed, base_dir),
+                                           spec.data, self.tokenizer) if spec.data.eval_sources else []
         self.agent = None  # tools or an environment: rollouts are episodes, played where the engine is (rank 0)
         if spec.tools.enabled and engine is not None:
             self.agent = Agent(spec.tools, self.tokenizer, base_dir, spec.rollout.max_turns,
