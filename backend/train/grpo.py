@@ -9,6 +9,8 @@ The objectives are verl-style: a registry (`POLICY_TERMS`) of one small per-toke
 `spec.LOSS_TYPES`, the table that also says how each is normalised (`aggregate`). The trainer calls
 `loss(algorithm, LossInputs(...))`; `policy_loss(...)` is the same under TRL's keyword names, for the parity
 tests.
+Advantages: `advantages(algorithm, per_fn, weights, G)` is the trainer's entry (advantage_estimator with ms-swift's
+semantics, multi_objective_aggregation with TRL's; tests/test_grpo_advantages.py replays TRL's own code for both).
 Notation: B completions, T completion tokens (right padded), mask[b, t] = 1 on real tokens.
 """
 
