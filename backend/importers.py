@@ -914,8 +914,9 @@ _ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)  # re.S: a quoted value
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
-def _open_quote(line: str, quote: str = "") -> str:
-    """The shell quote still open at the end of `line` ('' = none), starting inside `quote`."""
+def _scan(line: str, quote: str = "") -> tuple[str, int]:
+    """The shell quote still open at the end of `line` ('' = none), starting inside `quote`, and where a comment
+    starts (-1 = none): a '#' outside quotes at the start of a word ('ds#5000' is data)."""
     i = 0
     while i < len(line):
         c = line[i]
@@ -931,9 +932,9 @@ def _open_quote(line: str, quote: str = "") -> str:
         elif c in "'\"":
             quote = c
         elif c == "#" and (i == 0 or line[i - 1].isspace()):
-            break  # a comment: the rest of the line is not the shell's words
+            return quote, i
         i += 1
-    return quote
+    return quote, -1
 
 
 def _physical_lines(text: str) -> list[str]:
@@ -946,7 +947,7 @@ def _physical_lines(text: str) -> list[str]:
             out[-1] += "\n" + raw
         else:
             out.append(raw)
-        quote = _open_quote(raw, quote)
+        quote = _scan(raw, quote)[0]
     return text.split("\n") if quote else out
 
 
@@ -974,8 +975,9 @@ def _logical_lines(text: str) -> list[str]:
 
 def _split(line: str) -> list[str]:
     """shlex, forgiving: an unbalanced quote or a stray escape falls back to white-space splitting."""
-    # a trailing '#...' comment after white space is the shell's; '#' inside a word is data ('ds#5000')
-    line = re.sub(r"\s#(?![^'\"]*['\"][^'\"]*$).*$", "", line)
+    # a trailing '#...' comment after white space is the shell's; '#' inside a word or a quote is data
+    comment = _scan(line)[1]
+    line = line[:comment] if comment >= 0 else line
     for attempt in (line, line + '"', line + "'"):
         try:
             return shlex.split(attempt)
