@@ -237,8 +237,12 @@ def _rewards(out: _Out) -> None:
             if key is None:
                 reasons.append(f"{f.name}'s {param}: no {out.tool} option for it")
                 continue
+            try:
+                back[param] = TABLES.param_types.get(param, float)(v)
+            except (TypeError, ValueError):
+                reasons.append(f"{f.name}'s {param}: {v!r} is not a number")
+                continue
             out.opts[key] = v
-            back[param] = TABLES.param_types.get(param, float)(v)
         for (reward, param), key in params_of.items():  # the import fills the other options from the defaults
             if reward == f.name and param not in f.params:
                 d = defaults.get(key)
