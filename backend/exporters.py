@@ -466,7 +466,7 @@ def _swift_back(out: _Out) -> tuple[dict[str, Any], list[str]]:
 
 
 def _trl_back(out: _Out) -> tuple[dict[str, Any], list[str]]:
-    return _back(import_trl(_trl_text(out)))
+    return _back(import_trl(json.loads(json.dumps(out.opts))))  # the mapping YAML gives back, without the YAML
 
 
 def export_swift(spec: RunSpec) -> ExportResult:
