@@ -97,14 +97,20 @@ _WHY: dict[str, str] = {
     "rewards.on_error": "a reward error always fails the run in the tools",
     "rewards.timeout_s": "the tools run rewards in the trainer's process, without a timeout",
     "rollout.max_staleness": "the tools' async generation is one step ahead",
-    "algorithm.skip_solved_prompts": "a rollout filter of this trainer", "algorithm.replay_solved": "a rollout "
-    "filter of this trainer", "algorithm.advantage_calibration": "an advantage variant of this trainer",
-    "algorithm.logprob_chunk_tokens": "a memory setting of this trainer", "output.runs_dir": "the studio's runs folder",
+    "algorithm.skip_solved_prompts": "a rollout filter of this trainer",
+    "algorithm.replay_solved": "a rollout filter of this trainer",
+    "algorithm.advantage_calibration": "an advantage variant of this trainer",
+    "algorithm.logprob_chunk_tokens": "a memory setting of this trainer",
+    "output.runs_dir": "the studio's runs folder",
 }
-_SECTION_WHY = {"tools": "tools and environments are Python objects in the tools (passed to the trainer in code)",
-                "rollout.worker": "rollout workers of this trainer", "rollout.weight_sync": "weight sync of this "
-                "trainer", "rollout.lmdeploy": "an LMDeploy setting: the tools sample with vLLM",
-                "resources.num_threads": "the tools take torch's threads"}
+# ... by the start of the field's path
+_PREFIX_WHY = {
+    "tools.": "tools and environments are Python objects in the tools (passed to the trainer in code)",
+    "rollout.worker": "rollout workers of this trainer",
+    "rollout.weight_sync": "weight sync of this trainer",
+    "rollout.lmdeploy": "an LMDeploy setting: the tools sample with vLLM",
+    "resources.num_threads": "the tools take torch's threads",
+}
 _BASE: dict[str, Any] = {f"{s}.{k}": v for s, sec in RunSpec().model_dump(mode="json").items() for k, v in sec.items()}
 
 
@@ -138,7 +144,7 @@ class _Out:
 
     def missing(self, path: str) -> None:
         """No option carries `path`: the import leaves RunSpec's default."""
-        why = _WHY.get(path) or next((r for p, r in _SECTION_WHY.items() if path.startswith(p)), "")
+        why = _WHY.get(path) or next((r for p, r in _PREFIX_WHY.items() if path.startswith(p)), "")
         self.expect(path, _BASE[path], f"no {self.tool} option for it" + (f": {why}" if why else ""))
 
 

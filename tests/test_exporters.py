@@ -204,3 +204,12 @@ def test_odd_specs_export_without_raising_and_list_what_is_lost(data):
     for export in (export_swift, export_trl):
         res = export(spec)
         assert changed(spec, import_any(res.text).apply()) == set(res.fields), res.text
+
+
+def test_a_quoted_word_over_several_lines_is_read_whole():
+    # as bash reads it: the newline inside the quotes is the word's, a '#' inside them is not a comment
+    script = "SYSTEM=\"Think first.\n# then answer\"\nswift rlhf --rlhf_type grpo --system \"$SYSTEM\" --beta 0.1 # c\n"
+    res = import_any(script)
+    assert res.values["data.system_prompt"] == "Think first.\n# then answer" and res.values["algorithm.beta"] == 0.1
+    res = import_any("swift rlhf --rlhf_type grpo --system 'a\n  b' \\\n  --beta 0.2")
+    assert res.values["data.system_prompt"] == "a\n  b" and res.values["algorithm.beta"] == 0.2
