@@ -67,9 +67,11 @@ class ExportResult:
 
 
 # Names the shared table accepts as aliases but the tool itself does not spell (it has its own name, or none):
-# the other tool's names, older names, Megatron's. TRL's are held to its GRPOConfig by the tests.
+# the other tool's names, older names, Megatron's. TRL's are held to its dataclasses by the tests; ms-swift's were
+# checked against its arguments at the commit its defaults table was read from (it always trusts remote code).
 _NOT_SPELLED: dict[str, frozenset[str]] = {
     SWIFT: frozenset({
+        "trust_remote_code",
         "lora_r", "lora_target_modules", "max_tool_calling_iterations", "vllm_enable_sleep_mode",
         "vllm_importance_sampling_correction", "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max",
         "vllm_importance_sampling_cap", "sapo_temperature_pos", "sapo_temperature_neg", "use_bias_correction_kl",
@@ -90,6 +92,7 @@ _INVERSE: dict[str, Callable[[Any], Any]] = {
 }
 # why a field no option carries cannot be written, where it is more than "no such option"
 _WHY: dict[str, str] = {
+    "model.trust_remote_code": "ms-swift always trusts the model's code",
     "data.prompt_template": "the prompt is built from columns here; the tools read one prompt column",
     "data.chat_template": "the tools always apply the tokenizer's chat template",
     "data.max_prompt_tokens": "a check of this studio before launch",
