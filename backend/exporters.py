@@ -211,9 +211,6 @@ def _swift_system(out: _Out, text: str) -> None:
         out.expect(path, "", "ms-swift reads a --system that names a file as that file")
     elif text.startswith("-") or re.search(r"\$[{A-Za-z_]", text):
         out.expect(path, "", "a --system that starts with '-' or holds $VAR is read as an option or a variable")
-    elif text != text.strip():
-        out.put(path, "system", text.strip())
-        out.expect(path, text.strip(), "the command's lines are read without their outer white space")
     else:
         out.put(path, "system", text)
 
@@ -236,7 +233,7 @@ def _rewards(out: _Out) -> None:
                 continue
             models.append({"name": f.name, "weight": f.weight, "params": {"path": str(f.params.get("path", ""))}})
             continue
-        if f.name not in theirs and (f.name in TABLES.rewards_lacking or
+        if f.name not in theirs and (f.name in TABLES.rewards_lacking or f.name in TABLES.reward_aliases[tool] or
                                      (out.tool == TRL and f.name in TABLES.openr1_rewards)):
             reasons.append(f"{f.name}: the import reads this name as the {out.tool} reward it names there")
             continue

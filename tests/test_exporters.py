@@ -96,18 +96,20 @@ def test_an_option_at_the_tools_default_is_left_out_and_filled_back():
     assert "max_steps: 200" in export_trl(RunSpec()).text  # the tools' -1 (by epochs) is not RunSpec's 200
 
 
-def test_a_system_prompt_survives_a_real_shell():
+@pytest.mark.parametrize("prompt", [SYSTEM, "  lead and trail  \n", "\nfirst line empty", "ends in \\",
+                                    "a \\\n b", "x # y 'z' \"w\""])
+def test_a_system_prompt_survives_a_real_shell(prompt):
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("no bash")
-    res = export_swift(SPECS["system"])
+    res = export_swift(spec_from_dict({"data": {"system_prompt": prompt}}))
     assert "data.system_prompt" not in res.fields
     # the command run by bash, with `swift` a function that prints its words
     show = f"swift() {{ {sys.executable} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\"; }}\n"
     words = json.loads(subprocess.run([bash, "-c", show + res.text], capture_output=True, text=True,
                                       check=True).stdout)
-    assert words[words.index("--system") + 1] == SYSTEM
-    assert import_any(res.text).apply().data.system_prompt == SYSTEM
+    assert words[words.index("--system") + 1] == prompt
+    assert import_any(res.text).apply().data.system_prompt == prompt
 
 
 _MISSING = object()
@@ -196,6 +198,9 @@ def test_what_no_tool_holds_is_listed_with_the_reason():
     {"rewards": {"functions": []}, "model": {"lora_targets": []}},
     {"rewards": {"functions": [{"name": "cosine", "params": {"max_len": "long"}}]}},
     {"data": {"system_prompt": "prompt.txt"}},
+    {"rewards": {"functions": [{"name": "accuracy_reward"}, {"name": "code"}, {"name": "repetition_penalty"},
+                               {"name": "reward_model", "params": {"path": "a"}},
+                               {"name": "reward_model", "params": {"path": "b", "x": 1}}]}},
     {"data": {"system_prompt": "--be brief", "sources": ["a.jsonl#10", "b.jsonl"]}},
     {"algorithm": {"prompts_per_step": 3}, "resources": {"nproc_per_node": 2}, "rollout": {"num_generations": 3}},
 ])
