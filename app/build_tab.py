@@ -1,6 +1,7 @@
-"""The Build-a-run page: preset picker, import, one section per RunSpec section, live validation and the
-action bar (Start, Preview command, Save as preset, Export YAML). `build_page` wires the page: Start
-launches and opens the Runs page on the new run, `?clone=RUN_ID` fills the form from a run's spec."""
+"""The Build-a-run page: preset picker, import (with Undo), one section per RunSpec section, live validation and
+the action bar (Start, Preview command with the ms-swift and TRL equivalents, Save as preset, Export YAML).
+`build_page` wires the page: Start launches and opens the Runs page on the new run, `?clone=RUN_ID` fills the
+form from a run's spec."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import gradio as gr
 
 from app.commands import DEFAULT_PRESET, export_yaml, list_presets, load_preset, save_preset, train_command
 from app.config import StudioConfig
+from app.export_view import ExportView, ImportUndo, export_updates
 from app.fields import FormUI, Registry, field_info
 from app.form import Validation, field_doc, fields, spec_to_values, to_widget, validate_values
 from app.locales import t
@@ -130,8 +132,10 @@ class BuildTab:
                     reg.label(acc, "import_acc")
                     self.import_text = gr.Textbox(lines=5, label=t("import_text", lang), elem_id="import-text")
                     reg.label(self.import_text, "import_text")
-                    self.import_btn = reg.value(gr.Button(t("import_btn", lang), size="sm", elem_id="import-btn"),
-                                                "import_btn")
+                    with gr.Row():
+                        self.import_btn = reg.value(gr.Button(t("import_btn", lang), size="sm", elem_id="import-btn"),
+                                                    "import_btn")
+                        self.undo = ImportUndo(reg, lang)
                     self.import_msg = gr.Markdown(elem_id="import-msg")
         self.message = gr.Markdown(elem_id="build-message")
         self.form.preset, self.form.message = self.preset, self.message
@@ -159,6 +163,7 @@ class BuildTab:
                                           "save_preset")
         self.command = gr.Code(language="shell", visible=False, label=t("command", lang), elem_id="command-preview")
         reg.label(self.command, "command")
+        self.exports = ExportView(reg, lang)
         self.yaml_code = gr.Code(language="yaml", visible=False, label=t("yaml_file", lang), elem_id="yaml-preview")
         self.yaml_file = gr.File(visible=False, label=t("yaml_file", lang), interactive=False, elem_id="yaml-file")
         self.prev = gr.State({})
@@ -228,12 +233,14 @@ class BuildTab:
             return None, "⚠ " + t("invalid_form", lang)
         return v.spec, ""
 
-    def on_preview(self, preset: str, lang: str, *args: Any) -> tuple[Any, str]:
+    def on_preview(self, preset: str, lang: str, *args: Any) -> list[Any]:
+        """[the command, the message, *the ms-swift and TRL exports]."""
         spec, msg = self._spec_or_message(lang, args)
         if spec is None:
-            return gr.update(visible=False), msg
+            return [gr.update(visible=False), msg, *export_updates(None, lang)]
         presets_rel = self.config.workspace.rel(self.config.presets_dir)
-        return gr.update(value=train_command(spec, preset or "", presets_rel), visible=True), ""
+        return [gr.update(value=train_command(spec, preset or "", presets_rel), visible=True), "",
+                *export_updates(spec, lang)]
 
     def on_export(self, preset: str, lang: str, *args: Any) -> tuple[Any, Any, str]:
         spec, msg = self._spec_or_message(lang, args)
@@ -263,8 +270,9 @@ class BuildTab:
               show_progress="hidden", queue=True, concurrency_limit=4, concurrency_id="validate")
         self.validate_event_args = (self.validate, val_in, val_out)
         self.preset.input(self.on_preset, [self.preset, self.lang_input], [self.message, *ins])
-        self.import_btn.click(self.on_import, [self.import_text, self.lang_input, *ins], [self.import_msg, *ins])
-        self.preview_btn.click(self.on_preview, [self.preset, self.lang_input, *ins], [self.command, self.message])
+        self.undo.wire(self.import_btn, self.on_import, self.import_text, self.lang_input, self.import_msg, ins)
+        self.preview_btn.click(self.on_preview, [self.preset, self.lang_input, *ins],
+                               [self.command, self.message, *self.exports.outputs])
         self.export_btn.click(self.on_export, [self.preset, self.lang_input, *ins],
                               [self.yaml_code, self.yaml_file, self.message])
         self.save_btn.click(self.on_save, [self.preset_name, self.overwrite, self.lang_input, *ins],

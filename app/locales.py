@@ -97,6 +97,13 @@ UI: dict[str, dict[str, str]] = {
     "import_notes": {"en": "Conversions:", "zh": "换算说明："},
     "import_error": {"en": "Could not import: {err}", "zh": "无法导入：{err}"},
     "import_empty": {"en": "Paste a command line or a config first.", "zh": "请先粘贴命令行或配置。"},
+    "import_undo": {"en": "Undo import", "zh": "撤销导入"},
+    "import_undone": {"en": "Import undone: the form is back as it was before it.", "zh": "已撤销导入：表单已恢复为导入前的内容。"},
+    "export_swift": {"en": "As an ms-swift command", "zh": "等价的 ms-swift 命令"},
+    "export_trl": {"en": "As a TRL config (trl grpo --config grpo.yaml)", "zh": "等价的 TRL 配置（trl grpo --config grpo.yaml）"},
+    "export_lost": {"en": "{tool} cannot express (not in the text):", "zh": "{tool} 无法表达（未写入）："},
+    "export_all": {"en": "{tool} expresses every field of this run.", "zh": "{tool} 可以表达本次训练的全部字段。"},
+    "export_notes": {"en": "Beside the text:", "zh": "另外需要："},
     # sections
     "sec_model": {"en": "Model", "zh": "模型"},
     "sec_data": {"en": "Dataset", "zh": "数据集"},

@@ -984,15 +984,52 @@ def _finish(ctx: _Ctx, world: int) -> ImportResult:
 
 # ----------------------------------------------------------------------------- shell text
 
-_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*")
+_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)  # re.S: a quoted value may span lines
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
-def _logical_lines(text: str) -> list[str]:
-    """Continuation lines joined, whole-line comments dropped; a trailing ' \\' on the last line is harmless."""
-    text = text.replace("\r\n", "\n")
-    lines, buf = [], ""
+def _scan(line: str, quote: str = "") -> tuple[str, int]:
+    """The shell quote still open at the end of `line` ('' = none), starting inside `quote`, and where a comment
+    starts (-1 = none): a '#' outside quotes at the start of a word ('ds#5000' is data)."""
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if quote == "'":
+            quote = "" if c == "'" else quote
+        elif quote == '"':
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                quote = ""
+        elif c == "\\":
+            i += 1
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or line[i - 1].isspace()):
+            return quote, i
+        i += 1
+    return quote, -1
+
+
+def _physical_lines(text: str) -> list[str]:
+    """The text's lines, a newline inside a quoted word kept in its line (a multi-line `--system '...'`, as the
+    exporter writes it). A quote still open at the end is malformed: then the plain lines, as the shell's error."""
+    out: list[str] = []
+    quote = ""
     for raw in text.split("\n"):
+        if quote:
+            out[-1] += "\n" + raw
+        else:
+            out.append(raw)
+        quote = _scan(raw, quote)[0]
+    return text.split("\n") if quote else out
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Continuation lines joined, whole-line comments dropped; a trailing ' \\' on the last line is harmless;
+    newlines inside quotes kept."""
+    lines, buf = [], ""
+    for raw in _physical_lines(text.replace("\r\n", "\n")):
         stripped = raw.strip()
         if stripped.startswith("#") and not buf:
             continue
@@ -1012,8 +1049,9 @@ def _logical_lines(text: str) -> list[str]:
 
 def _split(line: str) -> list[str]:
     """shlex, forgiving: an unbalanced quote or a stray escape falls back to white-space splitting."""
-    # a trailing '#...' comment after white space is the shell's; '#' inside a word is data ('ds#5000')
-    line = re.sub(r"\s#(?![^'\"]*['\"][^'\"]*$).*$", "", line)
+    # a trailing '#...' comment after white space is the shell's; '#' inside a word or a quote is data
+    comment = _scan(line)[1]
+    line = line[:comment] if comment >= 0 else line
     for attempt in (line, line + '"', line + "'"):
         try:
             return shlex.split(attempt)
@@ -1268,6 +1306,11 @@ def _swift_special(ctx: _Ctx, key: str, value: Any) -> bool:
     return True
 
 
+# ms-swift's column roles (--columns '{"problem": "query"}') -> the field naming that column here
+SWIFT_COLUMNS = {"solution": "data.solution_column", "query": "data.prompt_column", "prompt": "data.prompt_column",
+                 "images": "data.images_column", "videos": "data.videos_column", "audios": "data.audios_column"}
+
+
 def _columns(ctx: _Ctx, key: str, value: Any) -> None:
     """ms-swift's --columns renames dataset columns to its own ('query' the prompt, 'solution' the answer)."""
     raw = _text(value)
@@ -1278,11 +1321,9 @@ def _columns(ctx: _Ctx, key: str, value: Any) -> None:
     if not isinstance(mapping, dict):
         ctx.skip(key, "not a JSON mapping of column names")
         return
-    targets = {"solution": "data.solution_column", "query": "data.prompt_column", "prompt": "data.prompt_column",
-               "images": "data.images_column", "videos": "data.videos_column", "audios": "data.audios_column"}
     for col, target in mapping.items():
-        if target in targets:
-            ctx.set(targets[target], str(col), key)
+        if target in SWIFT_COLUMNS:
+            ctx.set(SWIFT_COLUMNS[target], str(col), key)
         else:
             ctx.skip(key, f"column {col!r} -> {target!r}: no such role here", f"{col}: {target}")
 
@@ -1599,3 +1640,32 @@ def _import_any(text: str, base_dir: str | Path | None) -> ImportResult:
         return import_trl(data, base_dir)
     return ImportResult(error="not an ms-swift command (swift rlhf / megatron rlhf ...) nor a TRL config (a YAML "
                               "or JSON mapping of GRPOConfig options)")
+
+
+# ----------------------------------------------------------------------------- the tables, for the exporters
+# backend/exporters.py writes a RunSpec out as these tools' configs from these same tables, so a mapping is
+# declared once: an option added to a table above is exported too.
+
+@dataclass(frozen=True)
+class Tables:
+    options: dict[str, tuple[str, Callable[[Any], Any]]]  # option -> (field, converter), both tools
+    defaults: dict[str, dict[str, Any]]  # source -> its defaults
+    null_means: frozenset[str]  # options whose null means off / the same as another option
+    reward_aliases: dict[str, dict[str, str]]  # tool -> its reward name -> ours
+    reward_params: dict[str, dict[str, tuple[str, str]]]  # tool -> its option -> (our reward, its param)
+    param_types: dict[str, type]
+    rewards_lacking: dict[str, str]  # the sources' rewards with no equivalent here
+    openr1_keys: frozenset[str]  # keys and reward names that make a TRL config read as open-r1's
+    openr1_rewards: frozenset[str]
+    swift_columns: dict[str, str]  # ms-swift's column role -> our field
+    swift_lr: dict[str, float]  # ms-swift's learning-rate default by tuner
+
+
+TABLES = Tables(_COMMON, DEFAULTS, frozenset(_NULL_MEANS), _REWARD_ALIASES, _REWARD_PARAMS, _PARAM_TYPES,
+                _REWARDS_LACKING, frozenset(_OPENR1_KEYS), frozenset(_OPENR1_REWARDS), SWIFT_COLUMNS, _SWIFT_LR)
+
+
+def options_for(path: str) -> list[str]:
+    """The shared table's options that set the field `path` ('algorithm.beta' -> ['beta']), in its order: the
+    inverse of the table."""
+    return [key for key, (field_path, _) in _COMMON.items() if field_path == path]

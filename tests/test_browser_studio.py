@@ -281,6 +281,33 @@ def test_import_and_checks(env):
     page.close()
 
 
+def test_preview_shows_the_exports_and_undo_reverts_an_import(env):
+    """Preview shows the form as an ms-swift command and a TRL config, each with what it cannot hold; Undo puts
+    the form back as it was before an import, and is disabled when there is nothing to undo."""
+    page = new_page(env["browser"], env["studio"].url)
+    expect(page.locator("#start-btn")).to_be_enabled(timeout=30_000)
+    page.locator("#preview-cmd-btn").click()
+    expect(page.locator("#export-swift")).to_contain_text("swift rlhf", timeout=30_000)
+    expect(page.locator("#export-swift")).to_contain_text("--model assets/tiny-add")
+    expect(page.locator("#export-trl")).to_contain_text("model_name_or_path: assets/tiny-add")
+    expect(page.locator("#export-swift-lost")).to_contain_text("cannot express")
+    expect(page.locator("#export-trl-lost")).to_contain_text("cannot express")
+    page.locator("#import-acc").click()
+    expect(page.locator("#import-undo-btn")).to_be_disabled()
+    page.locator("#import-text textarea").fill(
+        "swift rlhf --rlhf_type grpo --model assets/tiny-add --num_generations 4 --temperature 0.7")
+    page.locator("#import-btn").click()
+    expect(number_input(page, "rollout.num_generations")).to_have_value("4", timeout=30_000)
+    expect(page.locator("#import-undo-btn")).to_be_enabled()
+    page.screenshot(path=str(ARTIFACTS / "09-exports.png"), full_page=True)
+    page.locator("#import-undo-btn").click()
+    expect(number_input(page, "rollout.num_generations")).to_have_value("8", timeout=30_000)
+    expect(number_input(page, "rollout.temperature")).to_have_value("1")
+    expect(page.locator("#import-msg")).to_contain_text("undone")
+    expect(page.locator("#import-undo-btn")).to_be_disabled()
+    page.close()
+
+
 def test_bad_data_file_is_refused_under_the_field(env):
     """A malformed data file is named, with its line, under the data field; Start stays disabled."""
     page = new_page(env["browser"], env["studio"].url)
