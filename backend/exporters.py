@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from backend.data import is_hub_id, split_subset
 from backend.importers import (
     SWIFT_SOURCE,
     TABLES,
@@ -77,8 +78,13 @@ _NOT_SPELLED: dict[str, frozenset[str]] = {
         "vllm_importance_sampling_cap", "sapo_temperature_pos", "sapo_temperature_neg", "use_bias_correction_kl",
         "off_policy_mask_threshold", "entropy_coef", "use_adaptive_entropy", "entropy_target", "entropy_coef_min",
         "entropy_coef_max", "entropy_coef_delta", "mask_truncated_completions", "lr", "clip_grad", "lr_warmup_iters",
-        "max_new_tokens", "dataset_prompt_column", "system_prompt"}),
+        "max_new_tokens", "dataset_prompt_column", "system_prompt",
+        # TRL's GDPO and VESPO (ms-swift spells GDPO as --scale_rewards gdpo, which the importer reads)
+        "multi_objective_aggregation", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+        "vllm_max_model_length"}),
     TRL: frozenset({
+        "advantage_estimator",  # ms-swift's: TRL's GRPOTrainer has the group baseline only
+        "vllm_max_model_len",
         "lora_rank", "target_modules", "max_turns", "sleep_level", "async_generate", "vllm_data_parallel_size",
         "vllm_importance_sampling_cap", "tau_pos", "tau_neg", "off_policy_sequence_mask_delta", "overlong_filter",
         "dynamic_sample", "max_resample_times", "lr", "clip_grad", "lr_warmup_iters", "max_new_tokens",
@@ -95,7 +101,8 @@ _WHY: dict[str, str] = {
     "model.trust_remote_code": "ms-swift always trusts the model's code",
     "data.prompt_template": "the prompt is built from columns here; the tools read one prompt column",
     "data.chat_template": "the tools always apply the tokenizer's chat template",
-    "data.max_prompt_tokens": "a check of this studio before launch",
+    "data.max_prompt_tokens": "a bound this studio checks before launch (TRL 1.x does not cut prompts)",
+    "data.prompt_truncation": "TRL 1.x does not cut prompts (its max_prompt_length is gone)",
     "data.limit": "give the dataset a sample count (id#N) instead",
     "rewards.on_error": "a reward error always fails the run in the tools",
     "rewards.timeout_s": "the tools run rewards in the trainer's process, without a timeout",
@@ -189,9 +196,24 @@ def _data(out: _Out) -> None:
             out.expect(path, col if col in columns else _BASE[path], "ms-swift's --columns maps one role per column")
         if columns:
             out.opts["columns"] = json.dumps(columns)
+        if d.prompt_truncation != "refuse":  # ms-swift's GRPO bounds the prompt by max_length
+            out.put("data.max_prompt_tokens", "max_length", d.max_prompt_tokens)
+            out.put("data.prompt_truncation", "truncation_strategy", d.prompt_truncation)
+        kwargs = dict(d.chat_template_kwargs)
+        if set(kwargs) == {"enable_thinking"} and isinstance(kwargs["enable_thinking"], bool):
+            out.put("data.chat_template_kwargs", "enable_thinking", kwargs["enable_thinking"])
+        else:
+            out.expect("data.chat_template_kwargs", {}, "ms-swift passes one chat-template argument, "
+                                                        "--enable_thinking")
         return
+    if d.chat_template_kwargs:
+        out.put("data.chat_template_kwargs", "chat_template_kwargs", dict(d.chat_template_kwargs))
     sources = [s.rpartition("#")[0] if re.search(r"#\d+$", s) else s for s in d.sources]
-    if len(sources) == 1:
+    name, subset = split_subset(sources[0]) if len(sources) == 1 and is_hub_id(sources[0]) else (None, None)
+    if subset:  # TRL names a hub dataset's config apart
+        out.put("data.sources", "dataset_name", name)
+        out.opts["dataset_config"] = subset
+    elif len(sources) == 1:
         out.put("data.sources", "dataset_name", sources[0])
     else:
         out.put("data.sources", "datasets", [{"path": s} for s in sources])

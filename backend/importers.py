@@ -377,6 +377,9 @@ _COMMON: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "max_tool_calling_iterations": ("rollout.max_turns", lambda v: 100 if _is_null(v) else min(_int(v) + 1, 100)),
     "max_new_tokens": ("rollout.max_completion_length", _int),  # ms-swift's older name
     "vllm_gpu_memory_utilization": ("rollout.gpu_memory_utilization", _num),
+    # None: the engine's own context, 0 here
+    "vllm_max_model_len": ("rollout.max_model_len", lambda v: 0 if _is_null(v) else _int(v)),  # ms-swift's
+    "vllm_max_model_length": ("rollout.max_model_len", lambda v: 0 if _is_null(v) else _int(v)),  # TRL's
     "vllm_tensor_parallel_size": ("rollout.tensor_parallel_size", _int),
     "vllm_data_parallel_size": ("rollout.data_parallel_size", _int),
     "vllm_enable_sleep_mode": ("rollout.sleep", _bool),
@@ -574,12 +577,6 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
         return True
     if key in ("max_prompt_length", "max_length", "truncation_strategy", "chat_template_kwargs", "enable_thinking"):
         return _prompt_options(ctx, key, value)
-    if key in ("vllm_max_model_len", "vllm_max_model_length"):
-        if _is_null(value):
-            ctx.done(key)  # None: the engine's own, as here
-        else:
-            ctx.set("rollout.max_model_len", _int(value), key)
-        return True
     if key.endswith("parallel_size") and not key.startswith("vllm_") and str(_first(value)) == "1":
         ctx.done(key)  # no model parallelism: as here
         return True
@@ -1400,7 +1397,7 @@ def _swift_rewards(ctx: _Ctx) -> None:
 _OPENR1_KEYS = {"dataset_prompt_column", "system_prompt", "dataset_mixture", "hub_model_revision",
                 "push_to_hub_revision", "benchmarks", "callbacks", "wandb_entity", "wandb_project",
                 "parallel_code_exec_per_proc", "code_language", "code_provider", "ioi_provider", "e2b_router_url",
-                "max_completion_len", "soft_punish_cache", "dataset_config", "chat_template", "overwrite_hub_revision"}
+                "max_completion_len", "soft_punish_cache", "chat_template", "overwrite_hub_revision"}  # TRL has dataset_config
 _OPENR1_REWARDS = {"reasoning_steps", "repetition_penalty", "soft_overlong_punishment", "code", "binary_code",
                    "ioi_code", "cf_code", "code_format", "tag_count", "cosine", "length"}
 

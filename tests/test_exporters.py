@@ -42,6 +42,13 @@ VARIED: dict[str, dict] = {
               "algorithm": {"prompts_per_step": 16, "gradient_accumulation_steps": 2}},
     "fp16_sapo": {"model": {"dtype": "float16"}, "algorithm": {"loss_type": "sapo", "sapo_temperature_neg": 1.2},
                   "rollout": {"engine": "vllm", "sleep": False, "top_k": 50}},
+    "rloo": {"algorithm": {"advantage_estimator": "rloo", "scale_rewards": "none"}},
+    "gdpo_vespo": {"algorithm": {"multi_objective_aggregation": "normalize_then_sum", "loss_type": "vespo",
+                                 "vespo_k_pos": 3.0},
+                   "rewards": {"functions": [{"name": "accuracy", "weight": 1.0}, {"name": "format", "weight": 0.5}]}},
+    "data_options": {"data": {"chat_template_kwargs": {"enable_thinking": False}, "max_prompt_tokens": 1024,
+                              "prompt_truncation": "left", "sources": ["openai/gsm8k:main"]},
+                     "rollout": {"engine": "vllm", "max_model_len": 4096}},
 }
 SPECS = {p.stem: load_spec(p) for p in PRESETS} | {k: spec_from_dict(v) for k, v in VARIED.items()}
 
