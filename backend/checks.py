@@ -504,6 +504,27 @@ def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
     if spec.model.finetune == "lora" and spec.model.lora_dropout > 0 and a.disable_dropout:
         issues.append(SpecIssue("model.lora_dropout", "has no effect while algorithm.disable_dropout is on: "
                                                       "set one of them off"))
+    _check_ref_sync(spec, issues)
+
+
+def _check_ref_sync(spec: RunSpec, issues: list[SpecIssue]) -> None:
+    """Reference-model sync needs a reference of its own, whole on each rank (backend/train/ref_sync.py)."""
+    a, defaults = spec.algorithm, type(spec.algorithm)()
+    if not a.sync_ref_model:
+        for name in ("ref_model_mixup_alpha", "ref_model_sync_steps"):
+            if getattr(a, name) != getattr(defaults, name):
+                issues.append(SpecIssue(f"algorithm.{name}", "only used with sync_ref_model"))
+        return
+    if a.beta == 0:
+        issues.append(SpecIssue("algorithm.sync_ref_model", "needs beta > 0: with beta 0 no reference model is "
+                                                            "loaded, so there is nothing to sync"))
+    if spec.model.finetune == "lora":
+        issues.append(SpecIssue("algorithm.sync_ref_model", "not with LoRA: the reference is the base model with the "
+                                                            "adapter disabled (no copy of its own to move); use full "
+                                                            "fine-tuning, or sync_ref_model false"))
+    if spec.resources.deepspeed_stage == 3:
+        issues.append(SpecIssue("algorithm.sync_ref_model", "not under ZeRO-3: the reference is partitioned over the "
+                                                            "ranks there; use deepspeed_stage 0-2"))
 
 
 def _check_advantages(a: AlgorithmSection, issues: list[SpecIssue]) -> None:

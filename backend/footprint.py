@@ -155,7 +155,7 @@ def footprint(spec: RunSpec, shape: ModelShape, prompt_tokens: int = 256) -> Foo
         activations = tokens * h * layers * _FLOAT + tokens * per_token_layer + attention
     else:
         activations = tokens * per_token_layer * layers + attention * layers
-    B = spec.completions_per_step
+    B = spec.completions_per_rollout  # the engine samples a whole rollout at once (steps_per_generation)
     kv = B * seq * layers * 2 * shape.kv_heads * shape.head_dim * _FLOAT
     engine = kv + 3 * B * shape.vocab * _FLOAT
     if r.engine == "hf" and r.async_generation and not spec.rollout_in_workers:

@@ -380,6 +380,17 @@ class RolloutSection(Section):
     vllm_importance_sampling_clip_max: float = Field(
         3.0, gt=1.0, le=1000.0, description="Importance sampling cap C.",
         json_schema_extra=_ui("Importance sampling cap", "重要性采样上限", "重要性采样比值的上限 C。", advanced=True))
+    steps_per_generation: int = Field(
+        1, ge=1, le=1024, description="Optimizer steps one rollout serves (TRL's steps_per_generation, counted here in "
+                                      "optimizer steps, not micro-batches): the engine samples prompts_per_step x this "
+                                      "many prompts at once, advantages are taken over them all, and each of the next "
+                                      "steps trains on the next slice of prompts_per_step prompts (num_iterations > 1 "
+                                      "passes over the slices again). 1 = a rollout per step.",
+        json_schema_extra=_ui("Steps per generation", "每次生成的训练步数",
+                              "一次采样供给的优化步数（TRL 的 steps_per_generation，这里按优化步计，而非微批次）："
+                              "引擎一次为 prompts_per_step × 该值 个提示采样，优势在全部样本上计算，随后每步训练下一片 "
+                              "prompts_per_step 个提示（num_iterations > 1 时再依次遍历各片）。1 = 每步采样一次。",
+                              advanced=True))
 
 
 class ResourcesSection(Section):
@@ -478,6 +489,23 @@ class AlgorithmSection(Section):
         json_schema_extra=_ui("Bias-corrected KL", "KL 偏差校正",
                               "将 k3 KL 项乘以重要性比率，得到无偏的反向 KL 梯度（DeepSeek-V3.2）；"
                               "仅在 beta > 0 时有效。", advanced=True))
+    # reference-model sync (TR-DPO; TRL's sync_ref_model): backend/train/ref_sync.py
+    sync_ref_model: bool = Field(
+        False, description="Move the KL reference toward the policy every ref_model_sync_steps optimizer steps: "
+                           "ref = alpha x policy + (1 - alpha) x ref (TR-DPO, TRL's sync_ref_model). Needs beta > 0 "
+                           "and full fine-tuning; the synced reference is kept in checkpoints.",
+        json_schema_extra=_ui("Sync reference model", "同步参考模型",
+                              "每 ref_model_sync_steps 个优化步把 KL 参考模型向策略移动："
+                              "ref = alpha × 策略 + (1 - alpha) × ref（TR-DPO，TRL 的 sync_ref_model）。"
+                              "需要 beta > 0 且全参数微调；同步后的参考模型保存在检查点中。", advanced=True))
+    ref_model_mixup_alpha: float = Field(
+        0.6, ge=0.0, le=1.0, description="Reference sync: the policy's share alpha in the mix (1 = copy the policy).",
+        json_schema_extra=_ui("Reference mix alpha", "参考模型混合系数",
+                              "参考模型同步时策略所占的比例 alpha（1 = 直接复制策略）。", advanced=True))
+    ref_model_sync_steps: int = Field(
+        512, ge=1, le=10_000_000, description="Reference sync: optimizer steps between syncs (TR-DPO's tau).",
+        json_schema_extra=_ui("Reference sync every N steps", "参考模型同步间隔",
+                              "参考模型同步：两次同步之间的优化步数（TR-DPO 的 tau）。", advanced=True))
     epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range of the ratio: 1 - epsilon.",
                            json_schema_extra=_ui("Clip epsilon", "裁剪 epsilon", "比率的下裁剪范围：1 - epsilon。"))
     epsilon_high: float = Field(
@@ -732,6 +760,20 @@ class RunSpec(Section):
     @property
     def completions_per_step(self) -> int:
         return self.algorithm.prompts_per_step * self.rollout.num_generations
+
+    @property
+    def prompts_per_rollout(self) -> int:
+        """Prompts one rollout samples: prompts_per_step for each of the rollout.steps_per_generation steps it serves."""
+        return self.algorithm.prompts_per_step * self.rollout.steps_per_generation
+
+    @property
+    def completions_per_rollout(self) -> int:
+        return self.prompts_per_rollout * self.rollout.num_generations
+
+    @property
+    def updates_per_rollout(self) -> int:
+        """Optimizer steps taken on one rollout: each of its steps_per_generation slices, num_iterations times."""
+        return self.algorithm.num_iterations * self.rollout.steps_per_generation
 
     # -- runtime predicates: each written once here, read by the checks, the planner, the builders and the loop
 

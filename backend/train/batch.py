@@ -6,6 +6,7 @@ stores them as tensors and plain data, so old checkpoints survive a field rename
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,10 +67,43 @@ class ScoredGroup:
 
 @dataclass
 class PendingRollout:
-    """A rollout with updates left (num_iterations > 1) and how many were done."""
+    """A rollout with updates left (num_iterations or steps_per_generation > 1) and how many were done."""
 
     rollout: Rollout
-    iterations_done: int
+    iterations_done: int  # optimizer steps taken on it, of RunSpec.updates_per_rollout
+
+
+def take_rows(ro: Rollout, rows: slice | torch.Tensor, samples: list[dict[str, Any]] | None = None) -> Rollout:
+    """The rollout restricted to `rows`: every per-completion tensor (and media) indexed, the batch-level fields
+    (index, version, metrics, timings) kept; `samples` replaces the sample rows when given."""
+    B = ro.completion_ids.shape[0]
+    updates: dict[str, Any] = {}
+    for f in dataclasses.fields(ro):
+        v = getattr(ro, f.name)
+        if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == B:
+            updates[f.name] = v[rows].clone()
+    if ro.media is not None:  # per-row image inputs travel with their rows
+        index = range(B)[rows] if isinstance(rows, slice) else rows.tolist()
+        updates["media"] = [ro.media[i] for i in index]
+    updates["samples"] = ro.samples if samples is None else samples
+    updates["timings"] = dict(ro.timings)
+    return dataclasses.replace(ro, **updates)
+
+
+def slice_rows(batch: int, index: int, count: int) -> slice:
+    """Rows of slice `index` of `count` equal, contiguous slices of `batch` rows (whole groups when each slice
+    holds whole groups, as prompts_per_step x num_generations does)."""
+    n = batch // count
+    return slice(index * n, (index + 1) * n)
+
+
+def rollout_slice(ro: Rollout, update: int, count: int) -> Rollout:
+    """What optimizer step `update` (0-based, counted within the rollout) trains on when one rollout serves `count`
+    steps (rollout.steps_per_generation): slice `update % count`, so num_iterations passes go over the slices in
+    order, as TRL's `_buffered_inputs[step % steps_per_generation]`. The rollout itself when count is 1."""
+    if count == 1:
+        return ro
+    return take_rows(ro, slice_rows(ro.completion_ids.shape[0], update % count, count))
 
 
 def live_groups(advantages: torch.Tensor, rows: slice, group_size: int) -> slice | torch.Tensor | None:

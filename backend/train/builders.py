@@ -55,12 +55,14 @@ def disable_dropout(model: torch.nn.Module) -> None:
             module.attention_dropout = 0.0
 
 
-def build_reference(spec: RunSpec, base_dir: Path, device: torch.device, policy) -> PreTrainedModel | None:
+def build_reference(spec: RunSpec, base_dir: Path, device: torch.device, policy,
+                    weights: Path | None = None) -> PreTrainedModel | None:
     """Frozen reference for the KL term. None when beta = 0 (nothing loaded) or with LoRA
-    (the reference is the base with the adapter disabled, no second copy)."""
+    (the reference is the base with the adapter disabled, no second copy). `weights`: a synced reference saved
+    in a checkpoint (algorithm.sync_ref_model, backend/train/ref_sync.py) instead of the base model."""
     if spec.algorithm.beta == 0.0 or spec.model.finetune == "lora":
         return None
-    ref = load_base(spec, base_dir, device)
+    ref = load_base(spec, base_dir, device, str(weights) if weights is not None else None)
     ref.eval().requires_grad_(False)
     return ref
 

@@ -2,7 +2,9 @@
 
 Started by torchrun (see backend/train/supervise.py), every rank runs the same loop. The contract:
 - Rank 0 alone drives the rollout (engine, rewards, sampler) and broadcasts each rollout batch; every
-  rank trains on its contiguous shard of whole groups, so group statistics never split.
+  rank trains on its contiguous shard of whole groups, so group statistics never split. A rollout that serves
+  several steps (rollout.steps_per_generation) is sharded slice by slice: each step, every rank trains its
+  shard of that step's slice.
 - Loss normalisers are global: the dapo token count and the grpo/dr_grpo sequence count are summed over
   ranks, and the gradient of a rank is the sum of the ranks' gradients (bnpo, a per-micro-batch mean,
   averages instead). With the same global batch and seed, N ranks follow the 1-rank loss curve.
@@ -38,7 +40,7 @@ import torch.distributed as tdist
 
 from backend.rundir import RunDir
 from backend.spec import LOSS_TYPES, RunSpec
-from backend.train.batch import PendingRollout, Rollout
+from backend.train.batch import PendingRollout, Rollout, slice_rows, take_rows
 from backend.train.supervise import free_port
 
 # Training metrics that are not per-rank means: summed (loss), global already, or the same on every rank.
@@ -90,37 +92,42 @@ def shard_rows(batch: int, rank: int, world: int) -> slice:
     return slice(rank * n, (rank + 1) * n)
 
 
-def shard_rollout(ro: Rollout, rank: int, world: int, keep_samples: bool) -> Rollout:
-    """This rank's rows of a rollout: every per-completion tensor sliced, metrics (already global) kept."""
+def rank_rows(batch: int, rank: int, world: int, slices: int = 1) -> slice | torch.Tensor:
+    """The rows of rank `rank` when a rollout of `batch` rows serves `slices` optimizer steps
+    (rollout.steps_per_generation): its shard of each slice, slice after slice, so that slice s of every rank's
+    rows together is the one-rank slice s (each step trains what one rank would). One slice: `shard_rows`."""
+    if slices == 1 or world == 1:
+        return shard_rows(batch, rank, world)
+    n = batch // slices
+    return torch.cat([torch.arange(batch)[slice_rows(batch, s, slices)][shard_rows(n, rank, world)]
+                      for s in range(slices)])
+
+
+def shard_rollout(ro: Rollout, rank: int, world: int, keep_samples: bool, slices: int = 1) -> Rollout:
+    """This rank's rows of a rollout (`rank_rows`): every per-completion tensor indexed, metrics (already global)
+    kept."""
     if world == 1:
         return ro
-    B = ro.completion_ids.shape[0]
-    sl = shard_rows(B, rank, world)
-    updates: dict[str, Any] = {}
-    for f in dataclasses.fields(ro):
-        v = getattr(ro, f.name)
-        if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == B:
-            updates[f.name] = v[sl].clone()
-    if ro.media is not None:  # per-row image inputs travel with their rows
-        updates["media"] = ro.media[sl]
-    updates["samples"] = ro.samples if keep_samples else []
-    updates["timings"] = dict(ro.timings)
-    return dataclasses.replace(ro, **updates)
+    return take_rows(ro, rank_rows(ro.completion_ids.shape[0], rank, world, slices), ro.samples if keep_samples else [])
 
 
-def join_rollouts(shards: list[Rollout]) -> Rollout:
+def join_rollouts(shards: list[Rollout], slices: int = 1) -> Rollout:
     """Inverse of shard_rollout (shards in rank order): the full batch, samples from rank 0's shard."""
     if len(shards) == 1:
         return shards[0]
-    first = shards[0]
-    B = first.completion_ids.shape[0]
+    first, world = shards[0], len(shards)
+    B = first.completion_ids.shape[0] * world
+    # position in the full batch of each row of the shards laid end to end
+    where = torch.cat([torch.arange(B)[rank_rows(B, r, world, slices)] for r in range(world)])
+    order = torch.argsort(where)
     updates: dict[str, Any] = {}
     for f in dataclasses.fields(first):
         v = getattr(first, f.name)
-        if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == B:
-            updates[f.name] = torch.cat([getattr(s, f.name) for s in shards])
+        if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == B // world:
+            updates[f.name] = torch.cat([getattr(s, f.name) for s in shards])[order]
     if first.media is not None:
-        updates["media"] = [m for s in shards for m in (s.media or [])]
+        flat = [m for s in shards for m in (s.media or [])]
+        updates["media"] = [flat[i] for i in order.tolist()]
     return dataclasses.replace(first, **updates)
 
 
@@ -177,6 +184,7 @@ class Ranks:
     stage: int = 0  # DeepSpeed ZeRO stage; 0 = plain torch (all-reduce of gradients when world > 1)
     device: torch.device | None = None  # the rank's device when distributed; None = the spec's
     loss_sums: bool = True  # the loss type's normaliser is global (LossTypeInfo.global_normaliser)
+    slices: int = 1  # optimizer steps a rollout serves (rollout.steps_per_generation): ranks shard each slice
     ds_engine: Any = None
     comm_s: float = 0.0  # seconds in this module's collectives (rollout broadcast, counts, gradients at stage 0)
     _comm_reported: float = 0.0
@@ -266,13 +274,13 @@ class Ranks:
         box = [ro]
         with self._timed():
             tdist.broadcast_object_list(box, src=0)
-        return shard_rollout(box[0], self.rank, self.world, keep_samples=self.is_main)
+        return shard_rollout(box[0], self.rank, self.world, keep_samples=self.is_main, slices=self.slices)
 
     def shard_pending(self, pending: PendingRollout | None) -> PendingRollout | None:
         """A checkpoint's (full) half-used rollout, re-sharded for this rank count."""
         if pending is None or self.world == 1:
             return pending
-        return PendingRollout(shard_rollout(pending.rollout, self.rank, self.world, self.is_main),
+        return PendingRollout(shard_rollout(pending.rollout, self.rank, self.world, self.is_main, self.slices),
                               pending.iterations_done)
 
     def gather_pending(self, pending: PendingRollout | None) -> PendingRollout | None:
@@ -283,7 +291,7 @@ class Ranks:
         tdist.all_gather_object(shards, None if pending is None else pending.rollout)
         if pending is None or not self.is_main:
             return None
-        return PendingRollout(join_rollouts(shards), pending.iterations_done)
+        return PendingRollout(join_rollouts(shards, self.slices), pending.iterations_done)
 
     # ---------------------------------------------------------------- loss and step
 
@@ -486,8 +494,9 @@ def setup(spec: RunSpec) -> Ranks:
     # a loss normalised by the whole step's counts: the true gradient is the sum of the ranks' gradients; a mean
     # of per-micro-batch means (bnpo) averages them instead
     loss_sums = LOSS_TYPES[spec.algorithm.loss_type].global_normaliser
+    slices = spec.rollout.steps_per_generation
     if world == 1 and not stage:
-        return Ranks(loss_sums=loss_sums)
+        return Ranks(loss_sums=loss_sums, slices=slices)
     if "MASTER_ADDR" not in os.environ:  # DeepSpeed on one process, started without torchrun
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0",
                           WORLD_SIZE="1")
@@ -504,4 +513,5 @@ def setup(spec: RunSpec) -> Ranks:
             deepspeed.init_distributed(dist_backend=backend)
         else:
             tdist.init_process_group(backend, device_id=device if use_cuda else None)
-    return Ranks(rank=rank, world=world, local_rank=local_rank, stage=stage, device=device, loss_sums=loss_sums)
+    return Ranks(rank=rank, world=world, local_rank=local_rank, stage=stage, device=device, loss_sums=loss_sums,
+                 slices=slices)

@@ -7,7 +7,11 @@
     for each rollout:  sample prompts -> engine generates G completions each -> rewards -> advantages   (rollouts.py)
         old / reference logprobs where the objective needs them                                      (prepare_logps)
         repeat num_iterations (mu) times:  one optimizer step over the batch (micro-batches accumulate)
-            -> weights to the engine, metrics line, samples, checkpoint, stop request?
+            -> reference sync when due, weights to the engine, metrics line, samples, checkpoint, stop request?
+
+With rollout.steps_per_generation N > 1 a rollout samples N steps' prompts at once and each step trains on the
+next of its N slices (batch.rollout_slice): N x mu steps per rollout. With algorithm.sync_ref_model the KL
+reference moves toward the policy every ref_model_sync_steps steps (ref_sync.py).
 
 With rollout.async_generation the engine (in a thread, or in rollout worker processes) samples the next
 batches with the newest weights it has while the trainer updates, within rollout.max_staleness updates
@@ -36,8 +40,8 @@ from backend.rewards.scorer import RewardScorer
 from backend.rollout.hf import HFEngine
 from backend.rundir import RunDir
 from backend.spec import RunSpec
-from backend.train import checkpoint, dist, grpo, guard, report
-from backend.train.batch import PendingRollout, Rollout, live_groups
+from backend.train import checkpoint, dist, grpo, guard, ref_sync, report
+from backend.train.batch import PendingRollout, Rollout, live_groups, rollout_slice
 from backend.train.builders import build_engine, build_optimizer, build_policy, build_reference, build_scheduler
 from backend.train.engine_sync import EngineSync
 from backend.train.forward import PolicyLogps
@@ -57,7 +61,7 @@ class GRPOTrainer:
     def __init__(self, spec: RunSpec, run: RunDir, base_dir: Path, resume: bool = False):
         self.spec, self.run, self.base_dir, self.resume = spec, run, base_dir, resume
         self.step = 0  # optimizer steps taken
-        self.pending: PendingRollout | None = None  # a batch with updates left (num_iterations > 1)
+        self.pending: PendingRollout | None = None  # a batch with updates left (spec.updates_per_rollout > 1)
         self.stop_at_step: int | None = None  # stop (with a checkpoint) once this step is done, as on SIGTERM
         self.on_step: Callable[[GRPOTrainer, dict[str, Any]], None] | None = None  # after each step is logged
         self.skip_zero_advantage = True  # leave all-zero-advantage groups out of the loss pass where exact
@@ -92,7 +96,9 @@ class GRPOTrainer:
         self.vision = load_vision_processor(spec, base_dir, self.tokenizer) \
             if spec.data.images_column or spec.data.videos_column or spec.data.audios_column else None
         self.policy = build_policy(spec, base_dir, self.device, ckpt)
-        self.reference = self.ranks.wrap_reference(spec, build_reference(spec, base_dir, self.device, self.policy))
+        self.reference = self.ranks.wrap_reference(spec, build_reference(spec, base_dir, self.device, self.policy,
+                                                                         ref_sync.reference_dir(a, ckpt)))
+        self.ref_sync = ref_sync.RefSync(a, self.reference, self.policy) if a.sync_ref_model else None
         self.optimizer = build_optimizer(spec, self.policy)
         self.scheduler = build_scheduler(spec, self.optimizer)
         self.autocast_dtype = compute_dtype(spec)  # bf16 compute over fp32 master weights, or None
@@ -161,7 +167,8 @@ class GRPOTrainer:
         self.run.write_status(state="running", step=self.step, total_steps=a.max_steps, started_at=self.started, error="")
         print(f"training {a.max_steps} steps on {self.device}: {len(self.rollouts.rows)} prompts, "
               f"{self.spec.completions_per_step} completions per step", flush=True)
-        eta, save_every = report.Eta(period=a.num_iterations), self.spec.output.save_steps
+        U, N = self.spec.updates_per_rollout, self.spec.rollout.steps_per_generation
+        eta, save_every = report.Eta(period=U), self.spec.output.save_steps
         try:
             try:
                 if self.ranks.any(STOP.is_set()):  # asked to stop while loading
@@ -169,13 +176,16 @@ class GRPOTrainer:
                 while self.step < a.max_steps:
                     clock = report.StepClock()
                     ro, done = (self.pending.rollout, self.pending.iterations_done) if self.pending else (self._next_rollout(), 0)
-                    for it in range(done, min(a.num_iterations, done + a.max_steps - self.step)):
+                    for u in range(done, min(U, done + a.max_steps - self.step)):  # u: updates done on ro
+                        batch = rollout_slice(ro, u, N)
                         with self.telemetry.phase("train"):
-                            stats = self.optimizer_step(ro, clock)
+                            stats = self.optimizer_step(batch, clock)
                         self.step += 1
-                        self.pending = PendingRollout(ro, it + 1) if it + 1 < a.num_iterations else None
-                        clock.weight_sync_s = self.queue.after_update(self.step, a.num_iterations - it - 1)
-                        row = self._log_step(ro, it, stats, report.step_timing(ro, it == 0, clock), eta)
+                        if self.ref_sync is not None:
+                            self.ref_sync.after_step(self.step)
+                        self.pending = PendingRollout(ro, u + 1) if u + 1 < U else None
+                        clock.weight_sync_s = self.queue.after_update(self.step, U - u - 1)
+                        row = self._log_step(batch, u, stats, report.step_timing(ro, u == 0, clock), eta)
                         if save_every and self.step % save_every == 0 and self.step < a.max_steps:
                             self.save_checkpoint()
                         if self.on_step is not None:
@@ -203,7 +213,7 @@ class GRPOTrainer:
         ro.timings["prep_s"] = time.time() - t0
         return ro
 
-    def _log_step(self, ro: Rollout, it: int, stats: dict[str, float], timing: dict[str, float],
+    def _log_step(self, ro: Rollout, update: int, stats: dict[str, float], timing: dict[str, float],
                   eta: report.Eta) -> dict[str, Any]:
         out = self.spec.output
         extra = {k: float(v) for k, v in self.queue.counts.items()} if self.spec.rollout.async_generation else {}
@@ -214,7 +224,7 @@ class GRPOTrainer:
         extra[guard.SKIPPED] = float(cause is not None)
         row = report.metrics_row(self.step, self.elapsed(), ro, stats, timing, extra)
         self.run.append_jsonl(self.run.metrics_path, [row])
-        if it == 0 and out.log_samples_steps and (self.step - 1) % out.log_samples_steps == 0:
+        if update == 0 and out.log_samples_steps and (self.step - 1) % out.log_samples_steps == 0:
             self.run.append_jsonl(self.run.samples_path, ({"step": self.step, "rollout": ro.index, **s} for s in ro.samples))
         for sink in self.sinks:
             sink.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, self.step)
@@ -240,7 +250,8 @@ class GRPOTrainer:
         """old_logps (needed when the batch is reused or sampled by an older policy) and ref_logps (beta > 0)."""
         a, r = self.spec.algorithm, self.spec.rollout
         B = ro.completion_ids.shape[0]
-        mb = B // a.gradient_accumulation_steps
+        mb = B // (a.gradient_accumulation_steps * r.steps_per_generation)  # a training micro-batch's rows
+        reused = self.spec.updates_per_rollout > 1  # steps after the first train on it with newer weights
         correct = r.vllm_importance_sampling_correction and not self.sync.shares_policy
 
         def passes(model) -> torch.Tensor:
@@ -253,12 +264,12 @@ class GRPOTrainer:
             if ro.sampling_logps is None:
                 raise RuntimeError(f"async generation needs per-token logprobs from the {r.engine} engine")
             ro.old_logps = ro.sampling_logps  # the engine's weights were the sampling policy
-        elif a.num_iterations > 1 and not correct and ro.sampling_logps is not None and self.sync.shares_policy \
+        elif reused and not correct and ro.sampling_logps is not None and self.sync.shares_policy \
                 and self.autocast_dtype is None:
             # the sync engine sampled with these very weights in float32 and its logprobs equal a forward pass
             # (tests/test_engine_hf.py): a second forward would recompute the same numbers
             ro.old_logps = ro.sampling_logps
-        elif a.num_iterations > 1 or correct:
+        elif reused or correct:
             # the trainer's own logprobs under the current weights: the clip's anchor (decoupled from the sampler
             # when correcting, as in AReaL / verl), and the numerator of the importance weights
             self.policy.eval()
@@ -396,6 +407,8 @@ class GRPOTrainer:
                                           elapsed_s=self.elapsed(), **self.queue.state_dict())
             if self.entropy_control.adaptive:
                 checkpoint.save_entropy_state(tmp, self.entropy_control.coef, self.entropy_control.last_entropy)
+            if self.ref_sync is not None:  # the reference has moved from the base model: resume needs it
+                self.ref_sync.save(tmp)
 
         checkpoint.write_atomically(ckpt, fill, str(self.step))
         checkpoint.prune(self.run.checkpoints(), self.spec.output.save_total_limit)

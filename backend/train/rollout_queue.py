@@ -35,7 +35,8 @@ class RolloutQueue:
                  rollouts_done: int = 0, resumed_in_flight: list[Rollout] | None = None) -> None:
         self.make_rollout, self.sync, self.ranks = make_rollout, sync, ranks
         self.is_async, self.main = spec.rollout.async_generation, ranks.is_main
-        self.mu, self.bound, self.max_steps = spec.algorithm.num_iterations, spec.rollout.max_staleness, spec.algorithm.max_steps
+        # updates per batch: num_iterations x steps_per_generation (each slice of it is a step)
+        self.mu, self.bound, self.max_steps = spec.updates_per_rollout, spec.rollout.max_staleness, spec.algorithm.max_steps
         self.rollouts_done = rollouts_done  # batches handed out or submitted (the next one's index is this + 1)
         self.counts = {"async/waited": 0, "async/dropped": 0}  # batches held back / resampled by the bound
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout") if self.is_async and self.main else None

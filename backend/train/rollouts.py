@@ -1,7 +1,7 @@
 """Building a rollout batch: prompts -> engine -> rewards -> filters -> a `Rollout` the loss can train on.
 
     make(index, policy_version):
-        take prompts_per_step rows from the sampler, render each prompt once (cached)
+        take prompts_per_step (x rollout.steps_per_generation) rows from the sampler, render each prompt once (cached)
         the engine samples G completions per prompt
         the scorer scores every completion with every reward function
         filters, in order: skip-solved bookkeeping and success replay (replay.py) per group; DAPO dynamic
@@ -127,7 +127,7 @@ class RolloutBuilder:
         return np.nansum(group.rewards * self.scorer.weights[None, :], axis=1)
 
     def _make(self, index: int, policy_version: int) -> Rollout:
-        a, P = self.spec.algorithm, self.spec.algorithm.prompts_per_step
+        a, P = self.spec.algorithm, self.spec.prompts_per_rollout  # prompts_per_step for each step it serves
         timings: dict[str, float] = {}
         skipped, replayed = self.sampler.skipped, self.replay.replayed if self.replay is not None else 0
         scored = self._generate_groups(self.sampler.take(P), index, 0, timings)
