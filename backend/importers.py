@@ -245,8 +245,6 @@ _REASONS: list[tuple[frozenset[str], str]] = [
      "advantage reweighting / KL-in-reward variants are not implemented here"),
     (frozenset({"real_tau", "fipo_decay_rate", "fipo_clip_range", "fipo_clip_high_only", "fipo_safety_threshold"}),
      "a parameter of a loss type (real, fipo) that is not implemented here"),
-    (frozenset({"ref_model_mixup_alpha", "ref_model_sync_steps"}),
-     "reference-model sync (sync_ref_model) is not implemented here: the reference stays the initial policy"),
     (frozenset({"min_p", "repetition_penalty", "stop_words", "structured_outputs_regex", "vllm_structured_outputs_regex",
                 "vllm_guided_decoding_regex", "generation_kwargs", "max_new_tokens_eval"}),
      "a sampling option the rollout here does not offer (temperature, top_p, top_k only)"),
@@ -567,13 +565,13 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
         ctx.done(key)  # the KL stays a loss term (algorithm.beta), as here
         return True
     if key == "sync_ref_model":
-        if _bool(value):
-            ctx.skip(key, _reason("ref_model_sync_steps"))
-        else:
-            ctx.done(key)
+        ctx.set("algorithm.sync_ref_model", _bool(value), key)
         return True
-    if key in ("ref_model_mixup_alpha", "ref_model_sync_steps") and not _bool(ctx.get("sync_ref_model", False)):
-        ctx.done(key)  # no effect without sync_ref_model, in the source too
+    if key in ("ref_model_mixup_alpha", "ref_model_sync_steps"):
+        if _bool(ctx.get("sync_ref_model", False)):
+            ctx.set(f"algorithm.{key}", _num(value) if key == "ref_model_mixup_alpha" else _int(value), key)
+        else:
+            ctx.done(key)  # no effect without sync_ref_model, in the source too
         return True
     if key in ("max_prompt_length", "max_length", "truncation_strategy", "chat_template_kwargs", "enable_thinking"):
         return _prompt_options(ctx, key, value)
@@ -843,18 +841,24 @@ def _batch(ctx: _Ctx, world: int) -> None:
     ctx.set("algorithm.prompts_per_step", pps, "per_device_train_batch_size" if ctx.tool != "megatron"
             else "global_batch_size")
     ctx.note(f"prompts_per_step = {how} / num_generations {g} = {pps}")
-    # a generation batch that spans several optimizer steps has no equivalent: one rollout serves one step here
+    # a generation batch: the source counts it in micro-batches (TRL, ms-swift), global batches (Megatron) or
+    # completions (generation_batch_size); rollout.steps_per_generation counts optimizer steps
     spg, gbs = ctx.opts.get("steps_per_generation"), ctx.opts.get("generation_batch_size")
     unit = step_completions if ctx.tool != "megatron" else completions
     per_step = ga if ctx.tool != "megatron" else 1
-    for key, raw, same in (("steps_per_generation", spg, per_step), ("generation_batch_size", gbs, unit * per_step)):
+    for key, raw, per in (("steps_per_generation", spg, per_step), ("generation_batch_size", gbs, unit * per_step)):
         if raw is None:
             continue
-        if _is_null(raw) or _int(raw) == same:
-            ctx.done(key)
+        if _is_null(raw):
+            ctx.done(key)  # None: one generation per optimizer step, as here by default
+        elif _int(raw) < per or _int(raw) % per:
+            ctx.skip(key, f"{_int(raw)} is not a whole number of optimizer steps ({per} per step): a rollout here "
+                          f"serves whole steps (rollout.steps_per_generation)")
         else:
-            ctx.skip(key, f"one rollout batch here serves one optimizer step (and num_iterations updates); "
-                          f"{_int(raw)} != {same} would reuse it over several steps")
+            ctx.set("rollout.steps_per_generation", _int(raw) // per, key)
+            if _int(raw) != per:
+                ctx.note(f"{key} {_int(raw)} / {per} per optimizer step = rollout.steps_per_generation "
+                         f"{_int(raw) // per}")
 
 
 def _warmup(ctx: _Ctx, key: str) -> None:
