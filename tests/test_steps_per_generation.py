@@ -4,14 +4,20 @@ a run, and exact resume with both on (a stop in the middle of a rollout, after a
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 from backend.checks import check_spec
 from backend.rundir import RunDir, create_run, read_jsonl
 from backend.spec import load_spec, spec_from_dict
+from backend.train import checkpoint
 from backend.train.batch import Rollout, rollout_slice
 from backend.train.dist import join_rollouts, rank_rows, shard_rollout
 from backend.train.loop import GRPOTrainer
@@ -133,30 +139,17 @@ def test_one_rollout_serves_n_steps_slice_by_slice(straight) -> None:
 def test_reference_syncs_every_n_steps_inside_the_run(straight) -> None:
     _, t, rec = straight
     assert t.ref_sync is not None and t.ref_sync.syncs == 3
+    initial = {n: p.detach() for n, p in
+               AutoModelForCausalLM.from_pretrained(ROOT / "assets/tiny-add", dtype=torch.float32).named_parameters()}
     for i, ref in enumerate(rec.refs):
         step = i + 1
-        before = rec.refs[i - 1] if i else dict(AutoBase.params())
+        before = rec.refs[i - 1] if i else initial  # before the first sync: the base model
         if step % EVERY:
             assert all(torch.equal(ref[n], before[n]) for n in ref), step
             continue
         for n in ref:  # ref = alpha x policy + (1 - alpha) x ref, with the policy after this step's update
             want = before[n].clone().mul_(1 - ALPHA).add_(rec.policies[i][n], alpha=ALPHA)
             assert torch.equal(ref[n], want), (step, n)
-
-
-class AutoBase:
-    """The tiny model's initial parameters: the reference before the first sync."""
-
-    _cache: dict[str, torch.Tensor] = {}
-
-    @classmethod
-    def params(cls) -> dict[str, torch.Tensor]:
-        if not cls._cache:
-            from transformers import AutoModelForCausalLM
-
-            model = AutoModelForCausalLM.from_pretrained(ROOT / "assets/tiny-add", dtype=torch.float32)
-            cls._cache = {n: p.detach() for n, p in model.named_parameters()}
-        return cls._cache
 
 
 def test_exact_resume_mid_rollout_after_a_sync(straight, tmp_path: Path) -> None:
@@ -207,19 +200,12 @@ def test_async_with_steps_per_generation_resumes_exactly(tmp_path: Path) -> None
 def test_two_ranks_train_each_slice_as_one_rank(tmp_path: Path) -> None:
     """Two gloo ranks, N = 2: each step the ranks' shards make up that step's slice, so losses and weights follow
     the one-rank run; the half-used rollout a checkpoint keeps (step 1) is the one-rank one, joined back in order."""
-    import subprocess
-    import sys
-
-    from safetensors.torch import load_file
-
-    from backend.train import checkpoint
-
     opts = [*OPTIONS[:8], "algorithm.max_steps=4", "output.save_steps=1", "rollout.steps_per_generation=2",
             "resources.device=cpu"]
     spec = load_spec(TINY, [f"output.runs_dir={tmp_path / 'one'}", *opts])
     one = create_run(spec, ROOT)
     GRPOTrainer(spec, one, ROOT).setup().train()
-    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     sets = sum((["--set", o] for o in [f"output.runs_dir={tmp_path / 'two'}", *opts, "resources.nproc_per_node=2"]), [])
     proc = subprocess.run([sys.executable, "-m", "backend.train", "--config", str(TINY), *sets], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=400)
