@@ -91,6 +91,9 @@ def test_mix_refuses_different_models() -> None:
     ref, policy = torch.nn.Linear(2, 1), torch.nn.Sequential(torch.nn.Linear(2, 1))
     with pytest.raises(RuntimeError, match="different parameters"):
         mix_into(ref, policy, 0.5)
+    a = spec_from_dict({"algorithm": {"sync_ref_model": True}}).algorithm
+    with pytest.raises(ValueError, match="reference model of its own"):
+        RefSync(a, None, policy)
 
 
 def _issues(**sections) -> dict[str, str]:

@@ -44,7 +44,10 @@ def due(step: int, every: int) -> bool:
 class RefSync:
     """The loop's handle: `after_step(step)` mixes when due; `save(ckpt)` keeps the reference in a checkpoint."""
 
-    def __init__(self, algorithm: AlgorithmSection, reference: torch.nn.Module, policy: torch.nn.Module) -> None:
+    def __init__(self, algorithm: AlgorithmSection, reference: torch.nn.Module | None, policy: torch.nn.Module) -> None:
+        if reference is None:  # the check refuses this before launch (backend.checks); a direct caller hears why
+            raise ValueError("algorithm.sync_ref_model needs a reference model of its own: beta > 0 and full "
+                             "fine-tuning (with LoRA the reference is the adapter-disabled base)")
         self.alpha, self.every = algorithm.ref_model_mixup_alpha, algorithm.ref_model_sync_steps
         self.reference, self.policy = reference, policy
         self.syncs = 0  # done by this process

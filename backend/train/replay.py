@@ -13,7 +13,7 @@ its row; a group with none, whose row has one stored, gets it in its last place 
 and all) and records that index in `ScoredGroup.replayed`. The store is plain data (`state_dict`), saved
 in checkpoints, so a resumed run replays what the straight run would. The replayed completion is
 off-policy: it keeps the sampling logprobs of the policy that drew it. Where the loss takes the engine's
-logprobs as the old policy's (async generation; the sync hf engine with num_iterations > 1) its ratio is then
+logprobs as the old policy's (async generation; the sync hf engine with several updates per rollout) its ratio is then
 against that policy, and importance weights and the off-policy mask see them too; where the trainer
 recomputes the old logprobs it is weighted as if sampled now.
 """
