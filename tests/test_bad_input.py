@@ -73,6 +73,10 @@ REFUSED = [
                  id="runs-dir-under-a-file"),
     pytest.param(["algorithm.epsilon=.nan"], "algorithm.epsilon", "Input should be a finite number", id="nan-bound"),
     pytest.param(["rollout.temperature=.inf"], "rollout.temperature", "Input should be a finite number", id="inf-bound"),
+    pytest.param(["algorithm.sync_ref_model=true"], "algorithm.sync_ref_model", "needs beta > 0",
+                 id="ref-sync-without-reference"),
+    pytest.param(["algorithm.sync_ref_model=true", "algorithm.beta=0.04", "model.finetune=lora"],
+                 "algorithm.sync_ref_model", "not with LoRA", id="ref-sync-with-lora"),
 ]
 
 
