@@ -5,7 +5,7 @@
         the engine samples G completions per prompt
         the scorer scores every completion with every reward function
         filters, in order: skip-solved bookkeeping and success replay (replay.py) per group; DAPO dynamic
-        sampling (resample prompts until prompts_per_step groups carry signal, or the retries run out)
+        sampling (resample prompts until every group of the batch carries signal, or the retries run out)
         assemble: pad into tensors, combine rewards, group advantages; metrics and sample rows (report.py)
 
 The builder owns the prompt sampler and the replay store (their state goes into checkpoints) and nothing of
