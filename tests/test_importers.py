@@ -403,6 +403,8 @@ def test_reference_sync_and_generation_batch_import():
             spec.rollout.steps_per_generation, spec.algorithm.prompts_per_step) == (True, 0.9, 64, 3, 4)
     assert not unmapped_options(trl) & {"sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps",
                                         "steps_per_generation"}
+    swift = import_any("swift rlhf --rlhf_type grpo --beta 0.04 --sync_ref_model true --ref_model_sync_steps 32")
+    assert (swift.values["algorithm.sync_ref_model"], swift.values["algorithm.ref_model_sync_steps"]) == (True, 32)
     off = import_any("sync_ref_model: false\nref_model_mixup_alpha: 0.9\nref_model_sync_steps: 64\n").apply()
     assert (off.algorithm.sync_ref_model, off.algorithm.ref_model_sync_steps) == (False, 512)
     gbs = import_any("swift rlhf --rlhf_type grpo --per_device_train_batch_size 4 --num_generations 4 "
