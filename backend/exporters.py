@@ -394,6 +394,17 @@ def _schedule(out: _Out, world: int) -> None:
     out.expect("algorithm.prompts_per_step", max(1, per_device * per_step // g),
                f"{total} completions a step do not split into {world} process(es) x "
                f"{a.gradient_accumulation_steps} accumulation step(s)")
+    # a generation batch: the tools count it in micro-batches, N optimizer steps here (absent: one per step)
+    n = out.spec.rollout.steps_per_generation
+    if n > 1:
+        out.put("rollout.steps_per_generation", "steps_per_generation", n * a.gradient_accumulation_steps)
+    out.done.add("rollout.steps_per_generation")
+    if a.sync_ref_model:  # the two parameters mean nothing without it, in the tools too
+        out.put("algorithm.sync_ref_model", "sync_ref_model", True)
+        out.put("algorithm.ref_model_mixup_alpha", "ref_model_mixup_alpha", a.ref_model_mixup_alpha)
+        out.put("algorithm.ref_model_sync_steps", "ref_model_sync_steps", a.ref_model_sync_steps)
+    for path in ("algorithm.sync_ref_model", "algorithm.ref_model_mixup_alpha", "algorithm.ref_model_sync_steps"):
+        out.expect(path, out.value(path) if a.sync_ref_model else _BASE[path], "ignored without sync_ref_model")
     o = out.spec.output
     out.put("output.report_to", "report_to", list(o.report_to) or "none")
     out.put("output.log_samples_steps", "log_completions", o.log_samples_steps > 0)

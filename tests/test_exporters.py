@@ -49,6 +49,9 @@ VARIED: dict[str, dict] = {
     "data_options": {"data": {"chat_template_kwargs": {"enable_thinking": False}, "max_prompt_tokens": 1024,
                               "prompt_truncation": "left", "sources": ["openai/gsm8k:main"]},
                      "rollout": {"engine": "vllm", "max_model_len": 4096}},
+    "ref_sync_spg": {"algorithm": {"beta": 0.04, "sync_ref_model": True, "ref_model_mixup_alpha": 0.8,
+                                   "ref_model_sync_steps": 64, "gradient_accumulation_steps": 2},
+                     "rollout": {"steps_per_generation": 3}},
 }
 SPECS = {p.stem: load_spec(p) for p in PRESETS} | {k: spec_from_dict(v) for k, v in VARIED.items()}
 
@@ -68,6 +71,15 @@ def test_import_of_the_export_gives_the_spec_but_what_is_listed(name, export):
     assert changed(spec, back.apply()) == set(res.fields), res.text
     assert all(i.reason for i in res.inexpressible)
     assert len(res.fields) == len(set(res.fields))
+
+
+def test_reference_sync_and_the_generation_batch_are_written():
+    spec = SPECS["ref_sync_spg"]
+    for export in (export_swift, export_trl):
+        res = export(spec)
+        assert not res.fields, res.text
+        assert "steps_per_generation" in res.text and "6" in res.text  # 3 steps x 2 micro-batches each
+        assert import_any(res.text).apply() == spec
 
 
 def test_a_preset_keeps_what_the_tools_have():
