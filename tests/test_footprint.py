@@ -43,6 +43,9 @@ def test_options_move_the_parts_they_name() -> None:
     assert footprint(spec("algorithm.beta=0.04"), SHAPE, 8).reference == base.weights
     assert footprint(spec("model.gradient_checkpointing=true"), SHAPE, 8).activations < base.activations
     assert footprint(spec("algorithm.logprob_chunk_tokens=4"), SHAPE, 8).logits == 3 * 4 * 1000 * 4 + 1000 * 8 * 4
+    # one rollout for 3 steps: the engine samples 3 steps' completions at once; a training micro-batch is the same
+    spg = footprint(spec("rollout.steps_per_generation=3"), SHAPE, 8)
+    assert (spg.engine, spg.activations, spg.logits) == (3 * base.engine, base.activations, base.logits)
     assert footprint(spec("algorithm.gradient_accumulation_steps=2"), SHAPE, 8).activations < base.activations
     lora = footprint(spec("model.finetune=lora"), SHAPE, 8)
     assert lora.optimizer < base.optimizer and lora.reference == 0
