@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.model_info import find_model_dir
-from backend.data import is_hub_id, split_source
+from backend.data import is_hub_dataset, split_source
 from backend.spec import RunSpec
 
 PREVIEW_CHARS = 2000
@@ -50,7 +50,7 @@ def preview_rows(spec: RunSpec, base: Path, n: int = 5) -> tuple[list[dict[str, 
     local = []
     for ref in spec.data.sources:
         path, _ = split_source(ref)
-        if not is_hub_id(path, base):
+        if not is_hub_dataset(path, base):
             local.append(path)
     if not local:
         return [], "hub datasets are previewed after download; no local source"

@@ -623,9 +623,14 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
         issues.append(SpecIssue("output.eval_steps", "evaluation every N steps needs data.eval_sources"))
     if a.warmup_steps > a.max_steps:
         issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
-    if r.max_model_len and r.max_model_len <= r.max_completion_length:
-        issues.append(SpecIssue("rollout.max_model_len", f"{r.max_model_len} tokens leave no room for a prompt beside "
-                                                         f"max_completion_length ({r.max_completion_length})"))
+    if r.max_model_len and r.engine != "hf" and r.max_model_len < spec.data.max_prompt_tokens + r.max_completion_length:
+        issues.append(SpecIssue("rollout.max_model_len", f"{r.max_model_len} tokens do not hold a prompt of "
+                                                         f"data.max_prompt_tokens ({spec.data.max_prompt_tokens}) and "
+                                                         f"max_completion_length ({r.max_completion_length}): the "
+                                                         "engine would refuse it mid-run; lower data.max_prompt_tokens"))
+    if spec.data.prompt_truncation == "left" and _media_columns(spec):
+        issues.append(SpecIssue("data.prompt_truncation", "cutting a multimodal prompt from the left can cut its media "
+                                                          "tokens: use 'delete' or 'refuse'"))
     if not re.fullmatch(r"[\w.-]*", spec.output.run_name):
         issues.append(SpecIssue("output.run_name", "use letters, digits, '.', '-' and '_' only"))
     _check_runs_dir(spec, base, issues)

@@ -16,7 +16,7 @@ import numpy as np
 from backend.spec import DataSection
 
 SUPPORTED_DATA_SUFFIXES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?$")  # 'org/name', or 'org/name:subset' (ms-swift's)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # '#N' repeats a source's rows to N: its index costs 8 bytes a row, so 1e11 would need 800 GB before a step.
 # Ten million rows is more prompts than any run here takes (max_steps x prompts_per_step).
 MAX_SAMPLE_COUNT = 10_000_000
@@ -60,7 +60,8 @@ def is_hub_id(ref: str, base_dir: str | Path = ".") -> bool:
 def is_hub_dataset(ref: str, base_dir: str | Path = ".") -> bool:
     """A data source that names a hub dataset: a hub id (is_hub_id) without a data file's extension; a missing
     'data/train.jsonl' is a missing local file, never a hub id (the hub would be asked for it and fail late)."""
-    return is_hub_id(ref, base_dir) and Path(ref).suffix.lower() not in SUPPORTED_DATA_SUFFIXES
+    name, _ = split_subset(ref)  # a dataset may name its subset: 'org/name:subset' (ms-swift's form)
+    return is_hub_id(name, base_dir) and Path(name).suffix.lower() not in SUPPORTED_DATA_SUFFIXES
 
 
 class DataError(ValueError):
@@ -381,11 +382,24 @@ def render_prompt(row: dict[str, Any], data: DataSection, tokenizer: Any, tools:
     TRL's max_prompt_length did: the template's opening tokens go first)."""
     text = _render(row, data, tokenizer, tools, observation)
     if data.prompt_truncation == "left":
-        tok = getattr(tokenizer, "tokenizer", tokenizer)  # a multimodal processor's text tokenizer
-        ids = tok(text, add_special_tokens=False)["input_ids"]
-        if len(ids) > data.max_prompt_tokens:
-            text = tok.decode(ids[-data.max_prompt_tokens:])
+        text = keep_last_tokens(text, getattr(tokenizer, "tokenizer", tokenizer), data.max_prompt_tokens)
     return text
+
+
+def keep_last_tokens(text: str, tok: Any, n: int) -> str:
+    """The end of `text` that encodes to at most `n` tokens. The engines re-tokenize the prompt text, and a cut
+    inside a character (byte-level BPE) decodes to U+FFFD, so the kept tail starts at a whole character and is
+    re-encoded until it fits."""
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    keep = n
+    while len(ids) > n and keep > 0:
+        tail = tok.decode(ids[-keep:], skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        tail = tail.lstrip("\ufffd")  # the rest of a character cut in two
+        got = len(tok(tail, add_special_tokens=False)["input_ids"])
+        if got <= n:
+            return tail
+        keep -= got - n
+    return text if len(ids) <= n else ""
 
 
 def prompt_tokens(row: dict[str, Any], data: DataSection, tokenizer: Any) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from backend.data import is_hub_id, split_subset
+from backend.data import is_hub_dataset, split_subset
 from backend.importers import (
     SWIFT_SOURCE,
     TABLES,
@@ -209,7 +209,7 @@ def _data(out: _Out) -> None:
     if d.chat_template_kwargs:
         out.put("data.chat_template_kwargs", "chat_template_kwargs", dict(d.chat_template_kwargs))
     sources = [s.rpartition("#")[0] if re.search(r"#\d+$", s) else s for s in d.sources]
-    name, subset = split_subset(sources[0]) if len(sources) == 1 and is_hub_id(sources[0]) else (None, None)
+    name, subset = split_subset(sources[0]) if len(sources) == 1 and is_hub_dataset(sources[0]) else (None, None)
     if subset:  # TRL names a hub dataset's config apart
         out.put("data.sources", "dataset_name", name)
         out.opts["dataset_config"] = subset

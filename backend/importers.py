@@ -151,7 +151,7 @@ _ALIAS_PARAMS: dict[str, dict[str, Any]] = {"binary_code": {"binary": True}}
 _REWARDS_LACKING: dict[str, str] = {
     "ioi_code": "runs IOI solutions in a Piston sandbox", "cf_code": "runs Codeforces solutions in a sandbox",
     "reasoning_steps": "counts 'Step 1:'-style markers",
-"toolbench": "ToolBench's tool-call match",
+    "toolbench": "ToolBench's tool-call match",
     "math": "ms-swift's MathORM (its own answer extraction)",
     "think_format_reward": "TRL's <think>-only format check",
     "reasoning_accuracy_reward": "TRL's accuracy on the text after </think>",
@@ -602,8 +602,15 @@ def _prompt_options(ctx: _Ctx, key: str, value: Any) -> bool:
         if how not in ("left", "delete"):
             ctx.skip(key, f"truncation_strategy {how!r}: prompts here are cut from the left or dropped")
             return True
-        ctx.set("data.max_prompt_tokens", _int(value), key)
+        n = _int(value)
+        if not 16 <= n <= 262_144:  # RunSpec's bounds: neither field is set, so nothing is cut by another bound
+            ctx.skip(key, f"{n} tokens: prompts are bounded by 16 to 262,144 tokens here")
+            return True
+        ctx.set("data.max_prompt_tokens", n, key)
         ctx.set("data.prompt_truncation", how, key)
+        if key == "max_prompt_length" and ctx.tool in ("trl", "open-r1") and _bool(ctx.get("use_vllm", False)):
+            ctx.note(f"{ctx.shown(key)} {n}: prompts are cut from the left before sampling here; TRL before 0.19 "
+                     "cut them for the loss only and sent vLLM the whole prompt")
     elif key == "truncation_strategy":
         if _is_null(ctx.get("max_length")):
             ctx.done(key)  # without max_length nothing is cut, in the source too
@@ -967,6 +974,34 @@ def _finish_advantages(ctx: _Ctx) -> None:
         v["algorithm.scale_rewards"] = "group"
 
 
+def _finish_level(ctx: _Ctx) -> None:
+    """VESPO forms its sequence weight from the token ratios whatever importance_sampling_level says (TRL warns and
+    goes on), so a source's 'sequence' there means the run that 'token' means here. (LUSPO at token level is a
+    different run in TRL: it stays as given, and the check says what LUSPO needs.)"""
+    v = ctx.res.values
+    if v.get("algorithm.loss_type") == "vespo" and v.get("algorithm.importance_sampling_level", "token") != "token":
+        ctx.note(f"importance_sampling_level {v['algorithm.importance_sampling_level']}: VESPO computes its sequence "
+                 "weight from the token ratios either way (TRL warns): token here")
+        v["algorithm.importance_sampling_level"] = "token"
+
+
+def _finish_context(ctx: _Ctx) -> None:
+    """An engine context (vllm_max_model_len) bounds the prompt in the source too, where vLLM refuses a longer one
+    mid-run: without a prompt bound of its own, the prompt bound here is what the context leaves beside the
+    completion, so the check before launch holds the data to it."""
+    v = ctx.res.values
+    context = v.get("rollout.max_model_len") or 0
+    if not context or "data.max_prompt_tokens" in v:
+        return
+    room = context - v.get("rollout.max_completion_length", RunSpec().rollout.max_completion_length)
+    if room >= 16:
+        v["data.max_prompt_tokens"] = min(room, RunSpec().data.max_prompt_tokens)
+        ctx.note(f"the engine's context of {context} tokens leaves {room} for the prompt: data.max_prompt_tokens "
+                 f"{v['data.max_prompt_tokens']}")
+    if ctx.res.values.get("rollout.placement") == "separate" or _text(ctx.get("vllm_mode", "")) == "server":
+        ctx.note("the source's vLLM server sets its own context: vllm_max_model_len applies to the engine here")
+
+
 def _finish(ctx: _Ctx, world: int) -> ImportResult:
     """The whole-config steps every tool shares."""
     try:
@@ -977,6 +1012,8 @@ def _finish(ctx: _Ctx, world: int) -> ImportResult:
     _warmup(ctx, "lr_warmup_fraction" if ctx.tool == "megatron" else "warmup_ratio")
     _finish_dropout(ctx)
     _finish_advantages(ctx)
+    _finish_context(ctx)
+    _finish_level(ctx)
     if ctx.res.values.get("rollout.engine") == "vllm" and "rollout.placement" not in ctx.res.values:
         ctx.res.values["rollout.placement"] = "colocate"
     _settle(ctx)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 def _ui(label: str, label_zh: str, help_zh: str, advanced: bool = False) -> dict[str, Any]:
@@ -80,6 +80,12 @@ LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", 
 if get_args(LossType) != tuple(LOSS_TYPES):
     raise AssertionError("LossType and LOSS_TYPES name different loss types")
 CLIPPED_LOSS_TYPES: tuple[str, ...] = tuple(name for name, info in LOSS_TYPES.items() if info.clipped)
+
+
+# apply_chat_template's own arguments, which the prompt renderer sets (data.chat_template_kwargs may not)
+CHAT_TEMPLATE_OWN_ARGS = frozenset({"conversation", "messages", "tools", "documents", "chat_template", "tokenize",
+                                    "add_generation_prompt", "continue_final_message", "return_dict", "padding",
+                                    "truncation", "max_length", "return_tensors", "return_assistant_tokens_mask"})
 
 
 class Section(BaseModel):
@@ -190,6 +196,16 @@ class DataSection(Section):
     eval_sources: list[str] = Field(
         [], description="Held-out data for evaluation, same format as sources.",
         json_schema_extra=_ui("Evaluation data", "评估数据", "用于评估的留出数据，格式同训练数据。", advanced=True))
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_arguments(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # the renderer sets these itself: given here they would clash with its call or change what it returns
+        taken = sorted(set(v) & CHAT_TEMPLATE_OWN_ARGS)
+        if taken:
+            raise ValueError(f"{', '.join(taken)}: set by the studio when it renders a prompt, not a template "
+                             f"argument")
+        return v
 
 
 class RewardFunction(Section):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend.data import is_hub_id, split_source
+from backend.data import is_hub_id, split_source, split_subset
 
 
 class PathError(ValueError):
@@ -64,7 +64,7 @@ class Workspace:
             path = ref  # the count is reported by check_spec; only the path matters here
         # a hub id is one that names nothing under the root (not the process's cwd: a link in the workspace
         # pointing outside is a path, and is confined)
-        if allow_hub and is_hub_id(path, self.root):
+        if allow_hub and is_hub_id(split_subset(path)[0], self.root):  # a dataset's 'org/name:subset'
             return None
         try:
             self.resolve(path)

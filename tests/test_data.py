@@ -183,3 +183,43 @@ def test_a_hub_subset_loads_as_its_config(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     assert len(load_source("openai/gsm8k:main#3", ROOT, 0)) == 3
     assert asked == [("openai/gsm8k", "main", "train")]
+
+
+def test_left_truncation_keeps_whole_characters_under_a_byte_level_bpe() -> None:
+    # Qwen's and Llama 3's tokenizers are byte-level BPE: a cut inside a CJK character decodes to U+FFFD, and the
+    # engines re-tokenize the text, so the kept tail must be whole characters that encode within the bound
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from backend.data import keep_last_tokens
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["hello world, the sum of 12 and 30"] * 4, vocab_size=300, min_frequency=1)
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer)
+    text = "hello world 计算十二加三十等于多少，请一步一步地思考。the sum of 12 and 30 是多少？"
+    total = len(tok(text, add_special_tokens=False)["input_ids"])
+    for n in range(1, total + 2):
+        kept = keep_last_tokens(text, tok, n)
+        assert text.endswith(kept) and "\ufffd" not in kept
+        assert len(tok(kept, add_special_tokens=False)["input_ids"]) <= n
+        assert n < total or kept == text
+        if n >= 8:
+            assert len(tok(kept, add_special_tokens=False)["input_ids"]) >= n - 3  # a character is <= 3 bytes
+
+
+def test_template_arguments_the_renderer_sets_are_refused() -> None:
+    from backend.spec import SpecError, spec_from_dict
+
+    for key in ("tokenize", "add_generation_prompt", "tools"):
+        with pytest.raises(SpecError, match=key):
+            spec_from_dict({"data": {"chat_template_kwargs": {key: True}}})
+
+
+def test_left_cuts_of_media_prompts_and_a_short_engine_context_are_refused() -> None:
+    mm = load_spec(ROOT / "presets/tiny-cpu.yaml", ["data.images_column=image", "data.prompt_truncation=left"])
+    assert any(i.field == "data.prompt_truncation" for i in check_spec(mm, ROOT))
+    short = load_spec(ROOT / "presets/tiny-cpu.yaml", ["rollout.engine=vllm", "rollout.max_model_len=1024"])
+    assert any(i.field == "rollout.max_model_len" and "max_prompt_tokens" in i.message for i in check_spec(short, ROOT))
+    fits = load_spec(ROOT / "presets/tiny-cpu.yaml", ["rollout.engine=vllm", "rollout.max_model_len=1024",
+                                                      "data.max_prompt_tokens=512"])
+    assert not any(i.field == "rollout.max_model_len" for i in check_spec(fits, ROOT))

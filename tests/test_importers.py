@@ -566,3 +566,26 @@ def test_the_engine_context_length_maps_and_reaches_the_worker() -> None:
     short = spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"max_model_len": 1024})})
     assert any(i.field == "rollout.max_model_len" for i in check_spec(short, root))
     assert not any(i.field == "rollout.max_model_len" for i in check_spec(spec, root))
+
+
+def test_a_refused_prompt_bound_sets_neither_field_and_the_context_bounds_prompts() -> None:
+    tiny = import_any("swift rlhf --rlhf_type grpo --max_length 8")
+    assert "--max_length" in unmapped_options(tiny)
+    assert "data.max_prompt_tokens" not in tiny.values and "data.prompt_truncation" not in tiny.values
+    ctx = import_any("vllm_max_model_length: 2048\nmax_completion_length: 512\nuse_vllm: true\n")
+    assert ctx.values["rollout.max_model_len"] == 2048 and ctx.values["data.max_prompt_tokens"] == 1536
+    assert any("leaves 1536 for the prompt" in n for n in ctx.notes)
+    old_trl = import_any("max_prompt_length: 256\nuse_vllm: true\n")
+    assert any("before 0.19" in n for n in old_trl.notes)
+    bad_kwargs = import_any("chat_template_kwargs: {tokenize: true}\n")
+    assert "chat_template_kwargs" in unmapped_options(bad_kwargs)
+    bad_kwargs.apply()
+
+
+def test_vespo_at_sequence_level_is_the_token_level_run() -> None:
+    res = import_any("loss_type: vespo\nimportance_sampling_level: sequence\n")
+    assert res.values["algorithm.importance_sampling_level"] == "token"
+    assert any("VESPO" in n for n in res.notes)
+    from backend.checks import check_spec
+
+    assert not any(i.field == "algorithm.importance_sampling_level" for i in check_spec(res.apply()))

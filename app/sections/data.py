@@ -16,7 +16,7 @@ from app.locales import t
 from app.media import img_tags, thumb_uris
 from app.paths import PathError
 from app.sections import BuildContext
-from backend.data import is_hub_id, peek_columns, split_source
+from backend.data import is_hub_dataset, peek_columns, split_source
 from backend.multimodal import first_frame
 from backend.spec import SpecError
 
@@ -32,7 +32,7 @@ def detect_columns(ctx: BuildContext, sources_text: str, lang: str) -> tuple[lis
             path, _ = split_source(ref)
         except ValueError:
             continue
-        if is_hub_id(path):
+        if is_hub_dataset(path):
             continue
         try:
             p = ctx.config.workspace.resolve(path)

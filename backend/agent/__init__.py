@@ -13,7 +13,7 @@ from typing import Any
 from backend.agent.episodes import EnvironmentFailed, Episode, EpisodeRunner, Segment, TemplateError, inserted_ids
 from backend.agent.parsers import PARSERS, ToolCall, choose_parser
 from backend.agent.worker import EnvWorker, StepResult
-from backend.spec import ToolsSection
+from backend.spec import RunSpec, ToolsSection
 
 __all__ = ["Agent", "EnvWorker", "EnvironmentFailed", "Episode", "EpisodeRunner", "PARSERS", "Segment", "StepResult",
            "TemplateError", "ToolCall", "choose_parser", "context_window", "inserted_ids"]
@@ -38,6 +38,17 @@ class Agent:
         self.worker.start()
         parser = choose_parser(tools.parser, getattr(tokenizer, "chat_template", None))
         self.runner = EpisodeRunner(tokenizer, self.worker, parser, max_turns, max_tokens, template_kwargs, context)
+
+    @classmethod
+    def of_run(cls, spec: RunSpec, tokenizer: Any, base_dir: Path, model_context: int | None) -> Agent:
+        """The agent a run's spec asks for: its tools, turn and token bounds, the chat-template arguments the
+        prompt was rendered with, and the context of the engine that samples (an engine sized smaller by
+        rollout.max_model_len refuses longer episodes)."""
+        r = spec.rollout
+        engine_context = r.max_model_len if r.max_model_len and r.engine != "hf" else None
+        context = min((c for c in (model_context, engine_context) if c), default=None)
+        return cls(spec.tools, tokenizer, base_dir, r.max_turns, r.max_completion_length,
+                   dict(spec.data.chat_template_kwargs), context)
 
     @property
     def schemas(self) -> list[dict[str, Any]]:

@@ -408,7 +408,8 @@ def _agent(cfg: EvalConfig, choice: Any, tok: Any, max_tokens: int) -> Agent | N
             context = context_window(model_config(choice))
         except (OSError, ValueError):
             context = None
-        return Agent(section, tok, base, turns, max_tokens, context=context)
+        kwargs = dict(spec.data.chat_template_kwargs) if spec is not None else None  # as the run rendered them
+        return Agent(section, tok, base, turns, max_tokens, kwargs, context=context)
     except WorkerError as err:
         raise EvalError(str(err)) from None
 

@@ -95,7 +95,7 @@ def render_mm_text(row: dict[str, Any], data: Any, tokenizer: Any) -> str:
     if not getattr(tokenizer, "chat_template", None):
         raise MediaError("multimodal prompts need the tokenizer's chat template (it places the media tokens)")
     return tokenizer.apply_chat_template(mm_messages(prompt, len(images), data.system_prompt, len(videos), len(audios)),
-                                         add_generation_prompt=True, tokenize=False)
+                                         add_generation_prompt=True, tokenize=False, **data.chat_template_kwargs)
 
 
 @dataclass(frozen=True)
@@ -160,10 +160,12 @@ class VisionProcessor:
         """What a checkpoint needs beside the weights to take images again: the image processor's config."""
         self.image_processor.save_pretrained(path)
 
-    def encode(self, messages: list[dict[str, Any]], images: list[Any], videos: list[list[Any]] = ()) -> MMPrompt:
+    def encode(self, messages: list[dict[str, Any]], images: list[Any], videos: list[list[Any]] = (),
+               template_kwargs: dict[str, Any] | None = None) -> MMPrompt:
         if not getattr(self.tokenizer, "chat_template", None):
             raise MediaError("multimodal prompts need the tokenizer's chat template (it places the image tokens)")
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                                  **(template_kwargs or {}))
         return self.encode_text(text, images, videos)
 
     def video_features(self, frames: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -254,12 +256,13 @@ class AudioProcessor:
         t = np.linspace(0, len(audio.samples) - 1, n)
         return np.interp(t, np.arange(len(audio.samples)), audio.samples).astype(np.float32)
 
-    def encode(self, messages: list[dict[str, Any]], audios: list[Audio]) -> MMPrompt:
+    def encode(self, messages: list[dict[str, Any]], audios: list[Audio],
+               template_kwargs: dict[str, Any] | None = None) -> MMPrompt:
         template = getattr(self.processor, "chat_template", None) or getattr(self.tokenizer, "chat_template", None)
         if not template:
             raise MediaError("audio prompts need the processor's or tokenizer's chat template (it places the audio tokens)")
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                                  chat_template=template)
+                                                  chat_template=template, **(template_kwargs or {}))
         return self.encode_text(text, audios)
 
     def encode_text(self, text: str, audios: list[Audio]) -> MMPrompt:
@@ -284,9 +287,11 @@ def render_mm_prompt(row: dict[str, Any], data: Any, vision: VisionProcessor | A
         if image_items or video_cells:
             raise MediaError("an audio model takes no images or videos")
         audios = [load_audio(a, base_dir) for a in audio_items]
-        return vision.encode(mm_messages(prompt, 0, data.system_prompt, n_audios=len(audios)), audios)
+        return vision.encode(mm_messages(prompt, 0, data.system_prompt, n_audios=len(audios)), audios,
+                             data.chat_template_kwargs)
     if audio_items:
         raise MediaError("a vision-language model takes no audio")
     images = [load_image(i, base_dir) for i in image_items]
     videos = [load_video(v, base_dir, data.max_video_frames) for v in video_cells]
-    return vision.encode(vision.messages(prompt, len(images), data.system_prompt, len(videos)), images, videos)
+    return vision.encode(vision.messages(prompt, len(images), data.system_prompt, len(videos)), images, videos,
+                         data.chat_template_kwargs)

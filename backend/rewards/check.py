@@ -140,8 +140,7 @@ def _model_completions(spec: RunSpec, base_dir: Path, tokenizer: Any, rows: list
         ids = [PromptInput(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
         flat = [g[0] for g in engine.generate(ids, sampling)]
         return Sampled([c.text for c in flat], [list(c.token_ids) for c in flat], rows)
-    agent = Agent(spec.tools, tokenizer, base_dir, r.max_turns, r.max_completion_length,
-                  context=context_window(model))
+    agent = Agent.of_run(spec, tokenizer, base_dir, context_window(model))
     try:
         def prompt_ids(row: dict[str, Any], observation: str | None = None) -> PromptInput:
             text = render_prompt(row, spec.data, tokenizer, agent.schemas or None, observation)

@@ -125,8 +125,7 @@ class GRPOTrainer:
                                            spec.data, self.tokenizer) if spec.data.eval_sources else []
         self.agent = None  # tools or an environment: rollouts are episodes, played where the engine is (rank 0)
         if spec.tools.enabled and engine is not None:
-            self.agent = Agent(spec.tools, self.tokenizer, base_dir, spec.rollout.max_turns,
-                               spec.rollout.max_completion_length, context=context_window(self.policy))
+            self.agent = Agent.of_run(spec, self.tokenizer, base_dir, context_window(self.policy))
             self._closers.append(self.agent.close)
         self.rollouts = RolloutBuilder(spec, self.tokenizer, self.vision, rows, engine, self.scorer, base_dir,
                                        self.sync.engine_sleeps, self.agent)  # it samples on rank 0 only
