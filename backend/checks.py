@@ -266,8 +266,9 @@ def _prompt_length_issues(spec: RunSpec, base: Path, path: str, longest: tuple[L
     (byte-level BPE, SentencePiece), so a source whose largest prompt in bytes, plus the template's and the chat
     template's share, is under the bound passes without a tokenizer; otherwise the largest prompts the scan kept
     are rendered as the trainer renders them and counted with the model's own tokenizer (a local model's). With
-    data.prompt_truncation 'left' or 'delete' a longer prompt is the trainer's to cut or drop; one 64 bytes a token
-    beyond the bound is still refused, as it would cost the tokenizer far more than any prompt a run keeps."""
+    data.prompt_truncation 'left' or 'delete' a longer prompt is the trainer's to cut or drop; one of more than
+    512 KB (64 bytes a token over 8,192 tokens, or over the bound if larger) is still refused, as it would cost the
+    tokenizer far more than any prompt a run keeps."""
     d, limit = spec.data, spec.data.max_prompt_tokens
     overhead = len(d.prompt_template.encode()) + len(d.system_prompt.encode()) + 256  # 256: the chat template's
     over = [p for p in longest if p.nbytes + overhead > limit]
@@ -278,8 +279,11 @@ def _prompt_length_issues(spec: RunSpec, base: Path, path: str, longest: tuple[L
     m = spec.model.name_or_path.strip()
     if d.prompt_truncation == "refuse" and m and not is_hub_id(m, base) and (_local(base, m) / "config.json").is_file():
         tok = _tokenizer(str(_local(base, m)), spec.model.trust_remote_code)
+    # no tokenizer packs 64 bytes into a token on average; a prompt that is cut or dropped may be longer, up to what
+    # a tokenizer takes in passing (64 x 8,192 tokens' worth)
+    far = 64 * (limit if d.prompt_truncation == "refuse" else max(limit, 8192))
     for p in over:
-        if p.cells is None or p.nbytes > 64 * limit:  # no tokenizer packs 64 bytes into a token on average
+        if p.cells is None or p.nbytes > far:
             return [SpecIssue(fld, f"{path} {p.where}: the prompt is {p.nbytes:,} bytes, far beyond {limit:,} tokens")]
         if d.prompt_truncation != "refuse":
             continue  # cut or dropped when the data loads; only a prompt far beyond the bound is refused
