@@ -1,6 +1,7 @@
-"""The Build-a-run page: preset picker, import, one section per RunSpec section, live validation and the
-action bar (Start, Preview command, Save as preset, Export YAML). `build_page` wires the page: Start
-launches and opens the Runs page on the new run, `?clone=RUN_ID` fills the form from a run's spec."""
+"""The Build-a-run page: a first line saying what to do, preset picker, import, the action bar that stays in view
+(validation summary, Start, Preview command), one section per RunSpec section, Export YAML and Save as preset.
+`build_page` wires the page: Start launches and opens the Runs page on the new run, `?clone=RUN_ID` fills the
+form from a run's spec."""
 
 from __future__ import annotations
 
@@ -120,6 +121,7 @@ class BuildTab:
         preset_name, spec = initial_spec(config)
         values = form_values_for(spec, config)
 
+        self.intro = reg.value(gr.Markdown(t("build_intro", lang), elem_id="build-intro"), "build_intro")
         with gr.Row(equal_height=False):
             self.preset = gr.Dropdown(list_presets(config.presets_dir), value=preset_name or None,
                                       label=t("preset", lang), info=t("preset_info", lang), scale=1,
@@ -133,6 +135,15 @@ class BuildTab:
                     self.import_btn = reg.value(gr.Button(t("import_btn", lang), size="sm", elem_id="import-btn"),
                                                 "import_btn")
                     self.import_msg = gr.Markdown(elem_id="import-msg")
+        # the bar stays in view (sticky) from the first screen down: Start never needs a scroll (issue 29 item 6)
+        with gr.Row(equal_height=True, elem_classes=["gs-actions"], elem_id="action-bar", variant="panel"):
+            self.summary = gr.Markdown(elem_id="validation-summary", elem_classes=["gs-summary"])
+            self.start = reg.value(gr.Button(t("start", lang), variant="primary", interactive=False,
+                                             elem_id="start-btn", scale=0, min_width=160), "start")
+            self.preview_btn = reg.value(gr.Button(t("preview_cmd", lang), elem_id="preview-cmd-btn", scale=0,
+                                                   min_width=200), "preview_cmd")
+        self.command = gr.Code(language="shell", visible=False, label=t("command", lang), elem_id="command-preview")
+        reg.label(self.command, "command")
         self.message = gr.Markdown(elem_id="build-message")
         self.form.preset, self.form.message = self.preset, self.message
 
@@ -142,23 +153,15 @@ class BuildTab:
                 reg.label(sec, key)
                 module.build(ctx)
 
-        with gr.Column(elem_classes=["gs-actions"], variant="panel"):
-            self.summary = gr.Markdown(elem_id="validation-summary")
-            with gr.Row(equal_height=True):
-                self.start = reg.value(gr.Button(t("start", lang), variant="primary", interactive=False,
-                                                 elem_id="start-btn", scale=1), "start")
-                self.preview_btn = reg.value(gr.Button(t("preview_cmd", lang), elem_id="preview-cmd-btn", scale=1),
-                                             "preview_cmd")
-                self.export_btn = reg.value(gr.Button(t("export_yaml", lang), elem_id="export-btn", scale=1),
-                                            "export_yaml")
-                self.preset_name = reg.label(gr.Textbox(label=t("preset_name", lang), scale=1, min_width=140,
-                                                        elem_id="preset-name"), "preset_name")
-                self.overwrite = reg.label(gr.Checkbox(False, label=t("overwrite", lang), scale=0, min_width=100),
-                                           "overwrite")
-                self.save_btn = reg.value(gr.Button(t("save_preset", lang), elem_id="save-preset-btn", scale=1),
-                                          "save_preset")
-        self.command = gr.Code(language="shell", visible=False, label=t("command", lang), elem_id="command-preview")
-        reg.label(self.command, "command")
+        with gr.Row(equal_height=True, elem_id="save-bar"):
+            self.export_btn = reg.value(gr.Button(t("export_yaml", lang), elem_id="export-btn", scale=1),
+                                        "export_yaml")
+            self.preset_name = reg.label(gr.Textbox(label=t("preset_name", lang), scale=1, min_width=140,
+                                                    elem_id="preset-name"), "preset_name")
+            self.overwrite = reg.label(gr.Checkbox(False, label=t("overwrite", lang), scale=0, min_width=100),
+                                       "overwrite")
+            self.save_btn = reg.value(gr.Button(t("save_preset", lang), elem_id="save-preset-btn", scale=1),
+                                      "save_preset")
         self.yaml_code = gr.Code(language="yaml", visible=False, label=t("yaml_file", lang), elem_id="yaml-preview")
         self.yaml_file = gr.File(visible=False, label=t("yaml_file", lang), interactive=False, elem_id="yaml-file")
         self.prev = gr.State({})

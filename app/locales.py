@@ -80,6 +80,8 @@ UI: dict[str, dict[str, str]] = {
     "ev_export_btn": {"en": "Merge and export", "zh": "合并并导出"},
     # presets and import
     "preset": {"en": "Preset", "zh": "预设"},
+    "build_intro": {"en": "**New here?** Pick a preset, then press **Start**: every field below is already filled in.",
+                    "zh": "**第一次使用？** 选择一个预设，然后点击 **开始训练**：下方各项均已填好。"},
     "preset_info": {"en": "One click fills every field from presets/<name>.yaml.", "zh": "一键用 presets/<名称>.yaml 填充所有字段。"},
     "preset_loaded": {"en": "Loaded preset {name}.", "zh": "已载入预设 {name}。"},
     "preset_error": {"en": "Could not load preset {name}: {err}", "zh": "无法载入预设 {name}：{err}"},

@@ -504,3 +504,26 @@ def test_base_vs_checkpoint_opens_as_a_comparison(env):
     expect(page.locator("#cmp-msg")).to_contain_text("of 500 prompts shown")
     page.screenshot(path=str(ARTIFACTS / "11-eval-pair.png"), full_page=True)
     page.close()
+
+
+def _in_view(page, selector: str) -> bool:
+    return page.evaluate(f"""(() => {{ const r = document.querySelector({selector!r}).getBoundingClientRect();
+        return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight; }})()""")
+
+
+def test_start_stays_in_view_from_the_first_screen(env):
+    """Issue 29 item 6: at 1280x800 the first screen says what to do and shows Start without scrolling; the bar
+    with Start, Preview and the validation summary stays in view down to the end of the form."""
+    page = env["browser"].new_page(viewport={"width": 1280, "height": 800})
+    page.route("**/*", offline)
+    page.goto(env["studio"].url, wait_until="domcontentloaded")
+    expect(page.locator("#build-intro")).to_contain_text("Pick a preset, then press Start")
+    expect(page.locator("#start-btn")).to_be_enabled(timeout=30_000)
+    assert page.evaluate("window.scrollY") == 0
+    assert _in_view(page, "#start-btn") and _in_view(page, "#preview-cmd-btn")
+    expect(page.locator("#action-bar #validation-summary")).to_contain_text("Ready to start")
+    page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+    page.wait_for_function("window.scrollY > 2000")
+    assert _in_view(page, "#start-btn") and _in_view(page, "#validation-summary")
+    page.screenshot(path=str(ARTIFACTS / "12-build-bar-scrolled.png"), full_page=False)
+    page.close()
