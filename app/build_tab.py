@@ -25,6 +25,7 @@ from backend import launcher
 from backend.importers import import_any
 from backend.machine import Machine
 from backend.plan import plan
+from backend.relevance import inert_fields
 from backend.spec import RunSpec, SpecError, SpecIssue, load_spec
 
 SECTIONS = (("model", "sec_model", model), ("data", "sec_data", data), ("rewards", "sec_rewards", rewards),
@@ -88,26 +89,52 @@ def planner_md(spec: RunSpec | None, lang: str, base_dir: str | Path = ".", issu
     return f"**{'✓' if verdict.ok else '⚠'} {head}** · " + " · ".join(html.escape(x) for x in verdict.lines)
 
 
+def field_state(v: Validation, prev: dict[str, str], lang: str) -> dict[str, str]:
+    """Each field's state as one string: '' (plain), 'E:<message>' (wrong) or 'I:<why>' (does nothing under the
+    other choices: relevance.INERT_RULES, the table the check refuses by). A wrong field stays editable, so it can
+    be fixed; while the spec does not parse, which fields are inert is unknown and the previous state is kept."""
+    inert = inert_fields(v.spec) if v.spec is not None else None
+    out = {}
+    for doc in fields():
+        msgs = v.by_field.get(doc.path)
+        if msgs:
+            out[doc.path] = "E:" + "; ".join(msgs)
+        elif inert is None:
+            old = prev.get(doc.path, "")
+            out[doc.path] = old if old.startswith("I:") else ""
+        elif doc.path in inert:
+            rule = inert[doc.path]
+            out[doc.path] = "I:" + (rule.why_zh if lang == "zh" else rule.why)
+        else:
+            out[doc.path] = ""
+    return out
+
+
 def field_updates(v: Validation, prev: dict[str, str], lang: str, notes: dict[str, Any]
                   ) -> tuple[list[Any], list[Any], dict[str, str]]:
-    """Per-field updates only where a field's message changed (so typing in a field is never disturbed)."""
-    now = {p: "; ".join(ms) for p, ms in v.by_field.items()}
+    """Per-field updates only where a field's state changed (so typing in a field is never disturbed)."""
+    now = field_state(v, prev, lang)
     comp_updates, note_updates = [], []
     for doc in fields():
-        msg = now.get(doc.path, "")
-        same = prev.get(doc.path, "") == msg and doc.path in prev
+        state = now[doc.path]
+        same = doc.path in prev and prev[doc.path] == state
+        kind, text = state[:2], state[2:]
         if doc.path in notes:  # tables show messages in the line below
             note_updates.append(gr.skip() if same else
-                                (f'<span class="gs-error-text">⚠ {html.escape(msg)}</span>' if msg else field_info(doc, lang)))
+                                (f'<span class="gs-error-text">⚠ {html.escape(text)}</span>' if kind == "E:"
+                                 else field_info(doc, lang)))
             comp_updates.append(gr.skip())
             continue
         if same:
             comp_updates.append(gr.skip())
-        elif msg:
-            comp_updates.append(gr.update(info=f"⚠ {msg}", elem_classes=["gs-field", "gs-error"]))
+        elif kind == "E:":
+            comp_updates.append(gr.update(info=f"⚠ {text}", elem_classes=["gs-field", "gs-error"], interactive=True))
+        elif kind == "I:":
+            comp_updates.append(gr.update(info=f"⊘ {text}. {field_info(doc, lang)}",
+                                          elem_classes=["gs-field", "gs-inert"], interactive=False))
         else:
-            comp_updates.append(gr.update(info=field_info(doc, lang), elem_classes=["gs-field"]))
-    return comp_updates, note_updates, {p: now.get(p, "") for p in (f.path for f in fields())}
+            comp_updates.append(gr.update(info=field_info(doc, lang), elem_classes=["gs-field"], interactive=True))
+    return comp_updates, note_updates, now
 
 
 class BuildTab:

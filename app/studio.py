@@ -30,6 +30,7 @@ CSS = SAMPLES_CSS + EVAL_CSS + """
 .gradio-container:has(.gs-actions) { overflow: clip !important; }
 .gs-actions .gs-summary { max-height: 4.5em; overflow-y: auto; font-size: 13px; }
 .gs-actions .gs-summary p, .gs-actions .gs-summary ul { margin: 0; }
+.gs-inert .info, .gs-inert [data-testid="block-info"] + div { color: #92400e !important; }
 .gs-note { font-size: 12px; color: var(--body-text-color-subdued, #6b7280); }
 .gs-small { font-size: 12px; }
 .gs-muted { color: #6b7280; padding: 8px; }

@@ -43,10 +43,11 @@ from backend.data import (
 )
 from backend.footprint import memory_issues
 from backend.machine import Machine, deepspeed_installed, engines_in, hub_cached, model_types, torchvision_error
+from backend.relevance import inert_fields
 from backend.rewards.plugins import plugin_reward_names
 from backend.rewards.registry import BUILTIN_REWARDS
 from backend.rundir import RunDir
-from backend.spec import CLIPPED_LOSS_TYPES, LOSS_TYPES, RunSpec, SpecError, SpecIssue, load_spec
+from backend.spec import LOSS_TYPES, RunSpec, SpecError, SpecIssue, get_field, load_spec
 from backend.workspace import Workspace
 
 # ----------------------------------------------------------------------------- well-formed anywhere
@@ -457,7 +458,7 @@ def _check_ranks(spec: RunSpec, issues: list[SpecIssue]) -> None:
 
 def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
     """Options that only mean something with some loss types, and bounds that depend on other fields."""
-    a, defaults = spec.algorithm, type(spec.algorithm)()
+    a = spec.algorithm
     info = LOSS_TYPES[a.loss_type]
     if info.weight_cap and a.epsilon_high < 1.0:
         issues.append(SpecIssue("algorithm.epsilon_high", f"loss_type {a.loss_type} caps the importance weight at "
@@ -468,31 +469,25 @@ def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
         issues.append(SpecIssue("algorithm.importance_sampling_level",
                                 f"loss_type {a.loss_type} is defined on {level}-level ratios: set "
                                 f"importance_sampling_level to {level}"))
-    if a.delta:
-        if not info.clipped:
-            issues.append(SpecIssue("algorithm.delta", f"two-sided clipping applies to the clipped objectives "
-                                                       f"({', '.join(CLIPPED_LOSS_TYPES)}), not loss_type {a.loss_type}"))
-        elif a.delta <= 1 + a.upper_clip:
-            issues.append(SpecIssue("algorithm.delta", f"must exceed 1 + epsilon_high = {1 + a.upper_clip:g} "
-                                                       "(it caps only ratios above the clip range; INTELLECT-2 uses 4)"))
-    readers: dict[str, list[str]] = {}  # option -> the loss types that read it (the table's `options`)
-    for name, other in LOSS_TYPES.items():
-        for option in other.options:
-            readers.setdefault(option, []).append(name)
-    for option, names in readers.items():
-        if a.loss_type not in names and getattr(a, option) != getattr(defaults, option):
-            issues.append(SpecIssue(f"algorithm.{option}", f"only used by loss_type {' / '.join(names)}"))
-    if a.use_adaptive_entropy:
-        if a.entropy_coef_min > a.entropy_coef_max:
-            issues.append(SpecIssue("algorithm.entropy_coef_min",
-                                    f"{a.entropy_coef_min} exceeds entropy_coef_max ({a.entropy_coef_max})"))
-    else:
-        for name in ("entropy_target", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta"):
-            if getattr(a, name) != getattr(defaults, name):
-                issues.append(SpecIssue(f"algorithm.{name}", "only used with use_adaptive_entropy"))
+    if a.delta and info.clipped and a.delta <= 1 + a.upper_clip:
+        issues.append(SpecIssue("algorithm.delta", f"must exceed 1 + epsilon_high = {1 + a.upper_clip:g} "
+                                                   "(it caps only ratios above the clip range; INTELLECT-2 uses 4)"))
+    if a.use_adaptive_entropy and a.entropy_coef_min > a.entropy_coef_max:
+        issues.append(SpecIssue("algorithm.entropy_coef_min",
+                                f"{a.entropy_coef_min} exceeds entropy_coef_max ({a.entropy_coef_max})"))
+    _check_inert(spec, issues)
     if spec.model.finetune == "lora" and spec.model.lora_dropout > 0 and a.disable_dropout:
         issues.append(SpecIssue("model.lora_dropout", "has no effect while algorithm.disable_dropout is on: "
                                                       "set one of them off"))
+
+
+def _check_inert(spec: RunSpec, issues: list[SpecIssue]) -> None:
+    """A value other than the default in a field that does nothing under the spec's other choices, where the
+    rule says so (relevance.INERT_RULES, the table the studio greys fields out by)."""
+    defaults = RunSpec()
+    for path, rule in inert_fields(spec).items():
+        if rule.refuse and get_field(spec, path) != get_field(defaults, path):
+            issues.append(SpecIssue(path, rule.why))
 
 
 BUILTIN_TOOLS = ("python",)  # backend.sandbox.python_tool, served by the tool worker

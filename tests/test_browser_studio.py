@@ -527,3 +527,33 @@ def test_start_stays_in_view_from_the_first_screen(env):
     assert _in_view(page, "#start-btn") and _in_view(page, "#validation-summary")
     page.screenshot(path=str(ARTIFACTS / "12-build-bar-scrolled.png"), full_page=False)
     page.close()
+
+
+def test_fields_that_do_nothing_are_greyed_with_the_reason(env):
+    """Issue 29 item 7: under full fine-tuning the LoRA fields are not editable and say why (in English and
+    Chinese); choosing lora makes them editable; a loss type without the clip greys the clip epsilon. The rule
+    is relevance.INERT_RULES, the table the check refuses by."""
+    page = new_page(env["browser"], env["studio"].url)
+    expect(page.locator("#start-btn")).to_be_enabled(timeout=30_000)
+    rank = number_input(page, "model.lora_rank")
+    expect(rank).to_be_disabled()
+    expect(page.locator("#field-model-lora_rank")).to_contain_text("only used with fine-tuning 'lora'")
+    expect(page.locator("#field-model-lora_targets textarea, #field-model-lora_targets input").first).to_be_disabled()
+    expect(number_input(page, "rollout.num_generations")).to_be_enabled()
+    page.locator("#lang-switch label", has_text="中文").click()
+    expect(page.locator("#field-model-lora_rank")).to_contain_text("仅在微调方式为 lora 时使用", timeout=30_000)
+    expect(rank).to_be_disabled()
+    page.locator("#lang-switch label", has_text="English").click()
+    expect(page.locator("#field-model-lora_rank")).to_contain_text("only used with fine-tuning", timeout=30_000)
+
+    _choose(page, "field-model-finetune", "lora")
+    expect(rank).to_be_enabled(timeout=30_000)
+    expect(page.locator("#field-model-lora_rank")).not_to_contain_text("only used with")
+    eps = number_input(page, "algorithm.epsilon")
+    expect(eps).to_be_enabled()
+    _choose(page, "field-algorithm-loss_type", "sapo")
+    expect(eps).to_be_disabled(timeout=30_000)
+    expect(page.locator("#field-algorithm-epsilon")).to_contain_text("only used by loss_type grpo")
+    expect(page.locator("#start-btn")).to_be_enabled()  # a greyed field is no error
+    page.screenshot(path=str(ARTIFACTS / "13-build-inert-fields.png"), full_page=False)
+    page.close()
