@@ -33,6 +33,12 @@ SECTIONS = (("model", "sec_model", model), ("data", "sec_data", data), ("rewards
             ("algorithm", "sec_algorithm", algorithm), ("output", "sec_output", output))
 
 
+# what the sticky bar's buttons answer appears under the bar, at the top of the form: brought into view from
+# wherever the page was scrolled to
+SHOW_JS = """() => { const e = [...document.querySelectorAll('SEL')].find(x => x.offsetHeight > 0 && x.innerText.trim());
+  if (e) e.scrollIntoView({block: 'center'}); }"""
+
+
 def form_values_for(spec: RunSpec, config: StudioConfig) -> dict[str, Any]:
     """Widget values for a spec, with runs going to the folder this studio lists."""
     vals = spec_to_values(spec)
@@ -294,7 +300,8 @@ class BuildTab:
         self.validate_event_args = (self.validate, val_in, val_out)
         self.preset.input(self.on_preset, [self.preset, self.lang_input], [self.message, *ins])
         self.import_btn.click(self.on_import, [self.import_text, self.lang_input, *ins], [self.import_msg, *ins])
-        self.preview_btn.click(self.on_preview, [self.preset, self.lang_input, *ins], [self.command, self.message])
+        self.preview_btn.click(self.on_preview, [self.preset, self.lang_input, *ins], [self.command, self.message]) \
+            .then(None, None, None, js=SHOW_JS.replace("SEL", "#command-preview, #build-message"))
         self.export_btn.click(self.on_export, [self.preset, self.lang_input, *ins],
                               [self.yaml_code, self.yaml_file, self.message])
         self.save_btn.click(self.on_save, [self.preset_name, self.overwrite, self.lang_input, *ins],
@@ -323,7 +330,8 @@ def build_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
         return [t("started", lang, run=run.run_id), f"runs?run={run.run_id}"]
 
     build.start.click(on_start, [build.preset, radio, *ins], [build.message, nav], concurrency_limit=1,
-                      concurrency_id="start").then(None, nav, None, js=NAV_JS)
+                      concurrency_id="start").then(None, nav, None, js=NAV_JS) \
+        .then(None, None, None, js=SHOW_JS.replace("SEL", "#build-message"))  # a refusal, where Start was pressed
 
     # `?clone=RUN_ID` (the Runs page's "Clone into form"): the run's frozen spec fills the form
     def on_open(lang: str, request: gr.Request) -> list[Any]:

@@ -526,6 +526,10 @@ def test_start_stays_in_view_from_the_first_screen(env):
     page.wait_for_function("window.scrollY > 2000")
     assert _in_view(page, "#start-btn") and _in_view(page, "#validation-summary")
     page.screenshot(path=str(ARTIFACTS / "12-build-bar-scrolled.png"), full_page=False)
+    page.locator("#preview-cmd-btn").click()  # its answer, under the bar at the top, is brought into view
+    expect(page.locator("#command-preview")).to_contain_text("backend.train", timeout=30_000)
+    page.wait_for_function("""(() => { const r = document.querySelector('#command-preview').getBoundingClientRect();
+        return r.top < window.innerHeight && r.bottom > 0; })()""", timeout=10_000)
     page.close()
 
 
