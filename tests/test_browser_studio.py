@@ -634,6 +634,9 @@ def test_an_ended_run_says_what_happened(env):
     expect(page.locator("#run-select input")).to_have_value(run.run_id, timeout=30_000)
     summary = page.locator("#run-summary")
     expect(summary).to_contain_text("0.150 → 1.950", timeout=30_000)
+    # item 9: the table row and the status line show one reading of the reward
+    expect(page.locator("#run-progress")).to_contain_text("reward 2.000")
+    expect(page.locator("#runs-table tr", has_text=run.run_id)).to_contain_text("2.000")
     expect(summary).to_contain_text("held-out reward: 0.400 → 0.700")
     expect(summary).to_contain_text("checkpoints/step-20 (eval/reward 0.700)")
     expect(summary).to_contain_text("40s")
