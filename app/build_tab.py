@@ -1,5 +1,6 @@
-"""The Build-a-run page: preset picker, import (with Undo), one section per RunSpec section, live validation and
-the action bar (Start, Preview command with the ms-swift and TRL equivalents, Save as preset, Export YAML).
+"""The Build-a-run page: a first line saying what to do, preset picker, import (with Undo), the action bar that
+stays in view (validation summary, Start, Preview command with the ms-swift and TRL equivalents), one section per
+RunSpec section, Export YAML and Save as preset.
 `build_page` wires the page: Start launches and opens the Runs page on the new run, `?clone=RUN_ID` fills the
 form from a run's spec."""
 
@@ -26,11 +27,18 @@ from backend import launcher
 from backend.importers import import_any
 from backend.machine import Machine
 from backend.plan import plan
+from backend.relevance import inert_fields
 from backend.spec import RunSpec, SpecError, SpecIssue, load_spec
 
 SECTIONS = (("model", "sec_model", model), ("data", "sec_data", data), ("rewards", "sec_rewards", rewards),
             ("rollout", "sec_rollout", rollout), ("tools", "sec_tools", tools), ("resources", "sec_resources", resources),
             ("algorithm", "sec_algorithm", algorithm), ("output", "sec_output", output))
+
+
+# what the sticky bar's buttons answer appears under the bar, at the top of the form: brought into view from
+# wherever the page was scrolled to
+SHOW_JS = """() => { const e = [...document.querySelectorAll('SEL')].find(x => x.offsetHeight > 0 && x.innerText.trim());
+  if (e) e.scrollIntoView({block: 'center'}); }"""
 
 
 def form_values_for(spec: RunSpec, config: StudioConfig) -> dict[str, Any]:
@@ -89,26 +97,52 @@ def planner_md(spec: RunSpec | None, lang: str, base_dir: str | Path = ".", issu
     return f"**{'✓' if verdict.ok else '⚠'} {head}** · " + " · ".join(html.escape(x) for x in verdict.lines)
 
 
+def field_state(v: Validation, prev: dict[str, str], lang: str) -> dict[str, str]:
+    """Each field's state as one string: '' (plain), 'E:<message>' (wrong) or 'I:<why>' (does nothing under the
+    other choices: relevance.INERT_RULES, the table the check refuses by). A wrong field stays editable, so it can
+    be fixed; while the spec does not parse, which fields are inert is unknown and the previous state is kept."""
+    inert = inert_fields(v.spec) if v.spec is not None else None
+    out = {}
+    for doc in fields():
+        msgs = v.by_field.get(doc.path)
+        if msgs:
+            out[doc.path] = "E:" + "; ".join(msgs)
+        elif inert is None:
+            old = prev.get(doc.path, "")
+            out[doc.path] = old if old.startswith("I:") else ""
+        elif doc.path in inert:
+            rule = inert[doc.path]
+            out[doc.path] = "I:" + (rule.why_zh if lang == "zh" else rule.why)
+        else:
+            out[doc.path] = ""
+    return out
+
+
 def field_updates(v: Validation, prev: dict[str, str], lang: str, notes: dict[str, Any]
                   ) -> tuple[list[Any], list[Any], dict[str, str]]:
-    """Per-field updates only where a field's message changed (so typing in a field is never disturbed)."""
-    now = {p: "; ".join(ms) for p, ms in v.by_field.items()}
+    """Per-field updates only where a field's state changed (so typing in a field is never disturbed)."""
+    now = field_state(v, prev, lang)
     comp_updates, note_updates = [], []
     for doc in fields():
-        msg = now.get(doc.path, "")
-        same = prev.get(doc.path, "") == msg and doc.path in prev
+        state = now[doc.path]
+        same = doc.path in prev and prev[doc.path] == state
+        kind, text = state[:2], state[2:]
         if doc.path in notes:  # tables show messages in the line below
             note_updates.append(gr.skip() if same else
-                                (f'<span class="gs-error-text">⚠ {html.escape(msg)}</span>' if msg else field_info(doc, lang)))
+                                (f'<span class="gs-error-text">⚠ {html.escape(text)}</span>' if kind == "E:"
+                                 else field_info(doc, lang)))
             comp_updates.append(gr.skip())
             continue
         if same:
             comp_updates.append(gr.skip())
-        elif msg:
-            comp_updates.append(gr.update(info=f"⚠ {msg}", elem_classes=["gs-field", "gs-error"]))
+        elif kind == "E:":
+            comp_updates.append(gr.update(info=f"⚠ {text}", elem_classes=["gs-field", "gs-error"], interactive=True))
+        elif kind == "I:":
+            comp_updates.append(gr.update(info=f"⊘ {text}. {field_info(doc, lang)}",
+                                          elem_classes=["gs-field", "gs-inert"], interactive=False))
         else:
-            comp_updates.append(gr.update(info=field_info(doc, lang), elem_classes=["gs-field"]))
-    return comp_updates, note_updates, {p: now.get(p, "") for p in (f.path for f in fields())}
+            comp_updates.append(gr.update(info=field_info(doc, lang), elem_classes=["gs-field"], interactive=True))
+    return comp_updates, note_updates, now
 
 
 class BuildTab:
@@ -122,6 +156,7 @@ class BuildTab:
         preset_name, spec = initial_spec(config)
         values = form_values_for(spec, config)
 
+        self.intro = reg.value(gr.Markdown(t("build_intro", lang), elem_id="build-intro"), "build_intro")
         with gr.Row(equal_height=False):
             self.preset = gr.Dropdown(list_presets(config.presets_dir), value=preset_name or None,
                                       label=t("preset", lang), info=t("preset_info", lang), scale=1,
@@ -137,6 +172,16 @@ class BuildTab:
                                                     "import_btn")
                         self.undo = ImportUndo(reg, lang)
                     self.import_msg = gr.Markdown(elem_id="import-msg")
+        # the bar stays in view (sticky) from the first screen down: Start never needs a scroll (issue 29 item 6)
+        with gr.Row(equal_height=True, elem_classes=["gs-actions"], elem_id="action-bar", variant="panel"):
+            self.summary = gr.Markdown(elem_id="validation-summary", elem_classes=["gs-summary"])
+            self.start = reg.value(gr.Button(t("start", lang), variant="primary", interactive=False,
+                                             elem_id="start-btn", scale=0, min_width=160), "start")
+            self.preview_btn = reg.value(gr.Button(t("preview_cmd", lang), elem_id="preview-cmd-btn", scale=0,
+                                                   min_width=200), "preview_cmd")
+        self.command = gr.Code(language="shell", visible=False, label=t("command", lang), elem_id="command-preview")
+        reg.label(self.command, "command")
+        self.exports = ExportView(reg, lang)
         self.message = gr.Markdown(elem_id="build-message")
         self.form.preset, self.form.message = self.preset, self.message
 
@@ -146,24 +191,15 @@ class BuildTab:
                 reg.label(sec, key)
                 module.build(ctx)
 
-        with gr.Column(elem_classes=["gs-actions"], variant="panel"):
-            self.summary = gr.Markdown(elem_id="validation-summary")
-            with gr.Row(equal_height=True):
-                self.start = reg.value(gr.Button(t("start", lang), variant="primary", interactive=False,
-                                                 elem_id="start-btn", scale=1), "start")
-                self.preview_btn = reg.value(gr.Button(t("preview_cmd", lang), elem_id="preview-cmd-btn", scale=1),
-                                             "preview_cmd")
-                self.export_btn = reg.value(gr.Button(t("export_yaml", lang), elem_id="export-btn", scale=1),
-                                            "export_yaml")
-                self.preset_name = reg.label(gr.Textbox(label=t("preset_name", lang), scale=1, min_width=140,
-                                                        elem_id="preset-name"), "preset_name")
-                self.overwrite = reg.label(gr.Checkbox(False, label=t("overwrite", lang), scale=0, min_width=100),
-                                           "overwrite")
-                self.save_btn = reg.value(gr.Button(t("save_preset", lang), elem_id="save-preset-btn", scale=1),
-                                          "save_preset")
-        self.command = gr.Code(language="shell", visible=False, label=t("command", lang), elem_id="command-preview")
-        reg.label(self.command, "command")
-        self.exports = ExportView(reg, lang)
+        with gr.Row(equal_height=True, elem_id="save-bar"):
+            self.export_btn = reg.value(gr.Button(t("export_yaml", lang), elem_id="export-btn", scale=1),
+                                        "export_yaml")
+            self.preset_name = reg.label(gr.Textbox(label=t("preset_name", lang), scale=1, min_width=140,
+                                                    elem_id="preset-name"), "preset_name")
+            self.overwrite = reg.label(gr.Checkbox(False, label=t("overwrite", lang), scale=0, min_width=100),
+                                       "overwrite")
+            self.save_btn = reg.value(gr.Button(t("save_preset", lang), elem_id="save-preset-btn", scale=1),
+                                      "save_preset")
         self.yaml_code = gr.Code(language="yaml", visible=False, label=t("yaml_file", lang), elem_id="yaml-preview")
         self.yaml_file = gr.File(visible=False, label=t("yaml_file", lang), interactive=False, elem_id="yaml-file")
         self.prev = gr.State({})
@@ -272,7 +308,8 @@ class BuildTab:
         self.preset.input(self.on_preset, [self.preset, self.lang_input], [self.message, *ins])
         self.undo.wire(self.import_btn, self.on_import, self.import_text, self.lang_input, self.import_msg, ins)
         self.preview_btn.click(self.on_preview, [self.preset, self.lang_input, *ins],
-                               [self.command, self.message, *self.exports.outputs])
+                               [self.command, self.message, *self.exports.outputs]) \
+            .then(None, None, None, js=SHOW_JS.replace("SEL", "#command-preview, #build-message"))
         self.export_btn.click(self.on_export, [self.preset, self.lang_input, *ins],
                               [self.yaml_code, self.yaml_file, self.message])
         self.save_btn.click(self.on_save, [self.preset_name, self.overwrite, self.lang_input, *ins],
@@ -301,7 +338,8 @@ def build_page(demo: gr.Blocks, config: StudioConfig, lang: str) -> None:
         return [t("started", lang, run=run.run_id), f"runs?run={run.run_id}"]
 
     build.start.click(on_start, [build.preset, radio, *ins], [build.message, nav], concurrency_limit=1,
-                      concurrency_id="start").then(None, nav, None, js=NAV_JS)
+                      concurrency_id="start").then(None, nav, None, js=NAV_JS) \
+        .then(None, None, None, js=SHOW_JS.replace("SEL", "#build-message"))  # a refusal, where Start was pressed
 
     # `?clone=RUN_ID` (the Runs page's "Clone into form"): the run's frozen spec fills the form
     def on_open(lang: str, request: gr.Request) -> list[Any]:

@@ -9,7 +9,7 @@ import gradio as gr
 from app.config import StudioConfig
 from app.fields import Registry
 from app.figures import compare_figure
-from app.locales import t
+from app.locales import chart_words, t
 from app.page import forget_drawn, header, session_defaults, wire_language
 from app.runlist import find_run
 from app.session import SessionMemo
@@ -69,7 +69,7 @@ class CompareTab:
             return [runs_up, metric_up, gr.skip()]
         sess["plot"] = sig
         fig = compare_figure(tables, metric, t("compare_title", lang, metric=metric), x_mode or "step",
-                             float(smoothing or 0), t("no_data", lang))
+                             float(smoothing or 0), t("no_data", lang), chart_words(lang))
         return [runs_up, metric_up, fig]
 
     def wire_controls(self, memo: SessionMemo, live: Any) -> None:

@@ -34,9 +34,9 @@ from app.eval_view import (
     results_table,
     side_by_side_html,
 )
-from app.fields import Registry
+from app.fields import UPLOAD_HEIGHT, Registry
 from app.figures import reward_histogram
-from app.locales import t
+from app.locales import chart_words, t
 from app.media import thumb_uris
 from app.page import header, wire_language
 from app.paths import PathError
@@ -134,9 +134,9 @@ class EvalTab:
                 self.chat_msg = gr.Textbox(scale=4, show_label=False, placeholder=t("ev_chat_ph", lang),
                                            elem_id="chat-input")
                 reg.add(self.chat_msg, lambda lg: {"placeholder": t("ev_chat_ph", lg)})
-                self.chat_image = reg.label(gr.Image(type="filepath", sources=["upload", "clipboard"], scale=1,
-                                                     height=90, label=t("ev_chat_image", lang), elem_id="chat-image"),
-                                            "ev_chat_image")
+                self.chat_image = reg.own_words(reg.label(
+                    gr.Image(type="filepath", sources=["upload", "clipboard"], scale=1, height=UPLOAD_HEIGHT,
+                             label=t("ev_chat_image", lang), elem_id="chat-image"), "ev_chat_image"))
                 self.chat_send = reg.value(gr.Button(t("ev_send", lang), scale=1, elem_id="chat-send"), "ev_send")
                 self.chat_clear = reg.value(gr.Button(t("ev_clear", lang), scale=1), "ev_clear")
         # ---------------------------------------------------------------- export
@@ -287,7 +287,8 @@ class EvalTab:
         rows = cmp.filtered(which or "all")
         csv_path = Path(tempfile.mkdtemp(prefix="grpo-compare-")) / "compare.csv"
         csv_path.write_text(cmp.to_csv(which or "all"))
-        hist = reward_histogram(list(zip(cmp.labels, cmp.rewards, strict=True)), t("ev_hist", lang))
+        hist = reward_histogram(list(zip(cmp.labels, cmp.rewards, strict=True)), t("ev_hist", lang),
+                                names=chart_words(lang))
         msg = t("ev_cmp_shown", lang, n=len(rows), total=len(cmp.rows))
         sbs = side_by_side_html(cmp, rows, image_uris=lambda refs: thumb_uris(refs, self.config.workspace))
         return [msg, gr.update(value=comparison_table(cmp), visible=True), sbs, hist,

@@ -15,6 +15,7 @@ from backend.spec import FieldDoc
 # columns that get a dropdown of the detected dataset columns (custom values still allowed)
 COLUMN_FIELDS = ("data.prompt_column", "data.solution_column", "data.images_column", "data.videos_column",
                  "data.audios_column")
+UPLOAD_HEIGHT = 130  # px: an upload box's own words ("Drop File Here - or - Click to Upload") fit, in Chinese too
 WIDE_FIELDS = ("model.name_or_path", "data.sources", "data.eval_sources", "data.system_prompt", "rewards.functions",
                "rewards.plugins")
 
@@ -73,6 +74,13 @@ class Registry:
 
     items: list[tuple[gr.components.Component | gr.blocks.Block, Callable[[str], dict[str, Any]]]] = \
         field(default_factory=list)
+    gradio_text: list[Any] = field(default_factory=list)  # components showing Gradio's own words (upload boxes)
+
+    def own_words(self, comp: Any) -> Any:
+        """A component whose inner text is Gradio's ("Drop File Here"): remounted when Gradio's locale changes,
+        since a mounted component keeps the words it was drawn with (app.page.wire_language)."""
+        self.gradio_text.append(comp)
+        return comp
 
     def add(self, comp: Any, fn: Callable[[str], dict[str, Any]]) -> Any:
         self.items.append((comp, fn))

@@ -7,6 +7,10 @@ Figures are Plotly's JSON spec ({data, layout}) in a small `Figure` class rather
 plotly.graph_objects: validating graph objects costs ~50-100 ms per chart, which a live dashboard
 redrawing nine charts per session per tick cannot afford. `Figure.to_go()` gives a validated
 graph_objects figure when wanted (the tests use it to check every spec).
+
+Every word a figure shows (legend names, axis titles) is English here and goes through `names`, a map from
+the English text (or a metric key) to the page's language (app.locales.CHART_WORDS); a name with `{}` is a
+template filled with its series' `arg` (a phase or a GPU), so the template is what gets translated.
 """
 
 from __future__ import annotations
@@ -248,12 +252,18 @@ def _base_layout(title: str) -> dict[str, Any]:
             "legend": {"orientation": "h", "y": -0.12, "yanchor": "top", "font": {"size": 11}}}
 
 
-def _layout(fig: Figure, title: str, x_mode: str, secondary: bool = False, y2_title: str = "") -> Figure:
+def _tr(names: dict[str, str] | None, text: str) -> str:
+    """`text` in the page's language (itself when `names` has no word for it)."""
+    return (names or {}).get(text) or text
+
+
+def _layout(fig: Figure, title: str, x_mode: str, secondary: bool = False, y2_title: str = "",
+            names: dict[str, str] | None = None) -> Figure:
     lay = _base_layout(title)
     lay["hovermode"] = "x unified"
     lay["uirevision"] = title  # keep the user's zoom across live updates
     if x_mode == "elapsed":  # steps and clock times read as such; hours need saying
-        lay["xaxis"]["title"] = {"text": "hours", "standoff": 2}
+        lay["xaxis"]["title"] = {"text": _tr(names, "hours"), "standoff": 2}
     if x_mode == "step":
         lay["xaxis"].update(step_ticks(fig))
     if secondary:
@@ -290,9 +300,18 @@ def _line(x: np.ndarray, y: np.ndarray, name: str, color: str, width: float = 1.
 @dataclass(frozen=True)
 class Series:
     key: str
-    name: str = ""
+    name: str = ""  # English; a template with {} when `arg` is given
     secondary: bool = False
     dash: str | None = None
+    arg: str = ""
+
+    def label(self, names: dict[str, str] | None) -> str:
+        """The legend name: by metric key where `names` has one, else the (translated) name or the key."""
+        own = (names or {}).get(self.key)
+        if own:
+            return own
+        text = _tr(names, self.name or self.key)
+        return text.format(self.arg) if self.arg else text
 
 
 def line_figure(table: MetricTable, title: str, series: Sequence[Series], x_mode: str = "step",
@@ -307,13 +326,12 @@ def line_figure(table: MetricTable, title: str, series: Sequence[Series], x_mode
     fig = Figure()
     for i, s in enumerate(present):
         xs, ys = prepare(x, table.get(s.key), smoothing)
-        name = (names or {}).get(s.key) or s.name or s.key
-        fig.add_trace(_line(xs, ys, name, PALETTE[i % len(PALETTE)], dash=s.dash, secondary=s.secondary))
-    return _layout(fig, title, x_mode, any(s.secondary for s in present), y2_title)
+        fig.add_trace(_line(xs, ys, s.label(names), PALETTE[i % len(PALETTE)], dash=s.dash, secondary=s.secondary))
+    return _layout(fig, title, x_mode, any(s.secondary for s in present), y2_title, names)
 
 
 def reward_figure(table: MetricTable, title: str, x_mode: str = "step", smoothing: float = 0.0,
-                  empty_message: str = "no data yet", best: Any = None) -> Figure:
+                  empty_message: str = "no data yet", best: Any = None, names: dict[str, str] | None = None) -> Figure:
     """Mean reward with a ±std band, plus each reward function's mean."""
     if not table.has("reward"):
         return empty_figure(title, empty_message)
@@ -327,18 +345,19 @@ def reward_figure(table: MetricTable, title: str, x_mode: str = "step", smoothin
     fig.add_trace({"type": "scatter", "x": xs, "y": rm + sm, "mode": "lines", "line": {"width": 0},
                    "showlegend": False, "hoverinfo": "skip"})
     fig.add_trace({"type": "scatter", "x": xs, "y": rm - sm, "mode": "lines", "line": {"width": 0}, "fill": "tonexty",
-                   "fillcolor": "rgba(37,99,235,0.15)", "name": "± std", "hoverinfo": "skip"})
-    fig.add_trace({"type": "scatter", "x": xs, "y": rm, "name": "reward",
+                   "fillcolor": "rgba(37,99,235,0.15)", "name": _tr(names, "± std"), "hoverinfo": "skip"})
+    fig.add_trace({"type": "scatter", "x": xs, "y": rm, "name": _tr(names, "reward"),
                    "mode": "lines+markers" if len(xs) < 60 else "lines", "marker": {"size": 4},
                    "line": {"color": PALETTE[0], "width": 2}})
     for i, key in enumerate(table.keys_like("rewards/", "/mean")):
         fx, fy = prepare(x, table.get(key), smoothing)
         fig.add_trace(_line(fx, fy, key.split("/")[1], PALETTE[(i + 1) % len(PALETTE)], 1.3, "dot"))
-    _eval_traces(fig, table, x, best)
-    return _layout(fig, title, x_mode)
+    _eval_traces(fig, table, x, best, names)
+    return _layout(fig, title, x_mode, names=names)
 
 
-def _eval_traces(fig: Figure, table: MetricTable, x: np.ndarray, best: Any = None) -> None:
+def _eval_traces(fig: Figure, table: MetricTable, x: np.ndarray, best: Any = None,
+                 names: dict[str, str] | None = None) -> None:
     """Held-out eval reward (and the metric that picks the best checkpoint) beside the training reward, as
     markers at the evaluated steps; the best checkpoint as a star. `best` has .step, .metric, .value."""
     keys = ["eval/reward"]
@@ -349,14 +368,15 @@ def _eval_traces(fig: Figure, table: MetricTable, x: np.ndarray, best: Any = Non
         ok = np.isfinite(y)
         if not ok.any():
             continue
-        fig.add_trace({"type": "scatter", "x": _array(x[ok]), "y": _array(y[ok]), "name": f"held-out {key[5:]}",
+        fig.add_trace({"type": "scatter", "x": _array(x[ok]), "y": _array(y[ok]), "name": _tr(names, "held-out {}").format(key[5:]),
                        "mode": "lines+markers", "marker": {"size": 7, "symbol": "diamond"},
                        "line": {"color": EVAL_COLORS[j % len(EVAL_COLORS)], "width": 1.5, "dash": "dash"}})
     if best is not None and table.has(best.metric) and table.has("step"):
         at = np.flatnonzero(table.get("step") == best.step)
         if at.size:
             fig.add_trace({"type": "scatter", "x": _array(x[at[-1:]]), "y": [best.value], "mode": "markers+text",
-                           "name": f"best checkpoint step-{best.step}", "text": [f"best step-{best.step}"],
+                           "name": _tr(names, "best checkpoint step-{}").format(best.step),
+                           "text": [_tr(names, "best step-{}").format(best.step)],
                            "textposition": "top center",
                            "marker": {"size": 14, "symbol": "star", "color": "#f59e0b",
                                       "line": {"color": "#92400e", "width": 1}}})
@@ -379,16 +399,17 @@ def timing_figure(table: MetricTable, title: str, x_mode: str = "step", smoothin
     fig = Figure()
     for i, k in enumerate(phases):
         xs, ys = prepare(x, np.nan_to_num(table.get(k)), smoothing)
-        fig.add_trace(_line(xs, ys, k.split("/")[1].removesuffix("_s"), PALETTE[i], 0.8, stackgroup="phases"))
+        fig.add_trace(_line(xs, ys, _tr(names, k.split("/")[1].removesuffix("_s")), PALETTE[i], 0.8,
+                            stackgroup="phases"))
     if table.has("timing/step_s"):
         xs, ys = prepare(x, table.get("timing/step_s"), smoothing)
-        fig.add_trace(_line(xs, ys, "step", "#111827", 1.0, "dot"))
+        fig.add_trace(_line(xs, ys, _tr(names, "step"), "#111827", 1.0, "dot"))
     if table.has("timing/tools_s"):
         xs, ys = prepare(x, table.get("timing/tools_s"), smoothing)
-        fig.add_trace(_line(xs, ys, (names or {}).get("timing/tools_s") or "tools (within rollout)",
+        fig.add_trace(_line(xs, ys, Series("timing/tools_s", "tools (within rollout)").label(names),
                             PALETTE[len(phases) % len(PALETTE)], 1.3, "dot"))
-    _layout(fig, title, x_mode)
-    fig.layout["yaxis"]["title"] = {"text": "s"}
+    _layout(fig, title, x_mode, names=names)
+    fig.layout["yaxis"]["title"] = {"text": _tr(names, "s")}
     return fig
 
 
@@ -400,7 +421,7 @@ def _peak_series(table: MetricTable) -> list[Series]:
     """The peak memory of each phase of the step (backend.train.telemetry), dotted beside the RSS at its end."""
     out = []
     for prefix, name in (("system/peak_gb/", "peak GB"), ("system/peak_gpu_gb/", "GPU peak GB")):
-        out += [Series(k, f"{name} {k[len(prefix):]}", dash="dot") for k in table.keys_like(prefix)]
+        out += [Series(k, name + " {}", dash="dot", arg=k[len(prefix):]) for k in table.keys_like(prefix)]
     return out
 
 
@@ -424,9 +445,10 @@ def dashboard_series(table: MetricTable) -> dict[str, list[Series]]:
                        Series("staleness", secondary=True)],
         "telemetry": [Series("system/ram_gb", "RAM GB"),
                       *_peak_series(table),
-                      *[Series(k, k.split("/")[1].replace("_mem_gb", " mem GB")) for k in _gpu_keys(table, "_mem_gb")],
+                      *[Series(k, "{} mem GB", arg=k.split("/")[1].removesuffix("_mem_gb"))
+                        for k in _gpu_keys(table, "_mem_gb")],
                       Series("system/cpu_percent", "CPU %", secondary=True),
-                      *[Series(k, k.split("/")[1].replace("_util", " util %"), secondary=True)
+                      *[Series(k, "{} util %", secondary=True, arg=k.split("/")[1].removesuffix("_util"))
                         for k in _gpu_keys(table, "_util")]],
         "eval": [Series(k) for k in table.keys_like("eval/")],
         "tools": list(TOOL_SERIES),
@@ -461,17 +483,17 @@ def build_dashboard(table: MetricTable, titles: dict[str, str], x_mode: str = "s
     for cid in wanted:
         title = titles.get(cid, cid)
         if cid == "reward":
-            out[cid] = reward_figure(table, title, x_mode, smoothing, empty_message, best)
+            out[cid] = reward_figure(table, title, x_mode, smoothing, empty_message, best, names)
         elif cid == "timing":
             out[cid] = timing_figure(table, title, x_mode, smoothing, empty_message, names)
         else:
-            y2 = (names or {}).get(f"y2/{cid}") or _Y2.get(cid, "")
+            y2 = (names or {}).get(f"y2/{cid}") or _tr(names, _Y2.get(cid, ""))
             out[cid] = line_figure(table, title, series[cid], x_mode, smoothing, y2, empty_message, names)
     return out
 
 
 def reward_histogram(groups: Sequence[tuple[str, Sequence[float]]], title: str, bins: int = 30,
-                     empty_message: str = "no samples yet") -> Figure:
+                     empty_message: str = "no samples yet", names: dict[str, str] | None = None) -> Figure:
     """Overlaid histograms of completion rewards, e.g. first vs chosen vs latest step."""
     groups = [(name, [v for v in vals if v is not None and math.isfinite(v)]) for name, vals in groups]
     groups = [(n, v) for n, v in groups if v]
@@ -488,14 +510,15 @@ def reward_histogram(groups: Sequence[tuple[str, Sequence[float]]], title: str, 
     lay = _base_layout(title)
     lay["barmode"] = "overlay"
     lay["margin"]["b"] = 36
-    lay["xaxis"]["title"] = {"text": "reward"}
-    lay["yaxis"]["title"] = {"text": "completions"}
+    lay["xaxis"]["title"] = {"text": _tr(names, "reward")}
+    lay["yaxis"]["title"] = {"text": _tr(names, "completions")}
     fig.layout.update(lay)
     return fig
 
 
 def compare_figure(tables: Sequence[tuple[str, MetricTable]], metric: str, title: str, x_mode: str = "step",
-                   smoothing: float = 0.0, empty_message: str = "no data yet") -> Figure:
+                   smoothing: float = 0.0, empty_message: str = "no data yet",
+                   names: dict[str, str] | None = None) -> Figure:
     """One metric from several runs overlaid."""
     fig = Figure()
     for i, (name, table) in enumerate(tables):
@@ -505,4 +528,4 @@ def compare_figure(tables: Sequence[tuple[str, MetricTable]], metric: str, title
         fig.add_trace(_line(xs, ys, name, PALETTE[i % len(PALETTE)]))
     if not fig.data:
         return empty_figure(title, empty_message)
-    return _layout(fig, title, x_mode)
+    return _layout(fig, title, x_mode, names=names)

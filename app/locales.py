@@ -25,6 +25,20 @@ UI: dict[str, dict[str, str]] = {
     "tab_build": {"en": "Build a run", "zh": "构建训练"},
     "tab_runs": {"en": "Runs", "zh": "运行"},
     "tab_compare": {"en": "Compare", "zh": "对比"},
+    # the "what happened" summary of a run (app.run_summary)
+    "sum_acc": {"en": "What happened", "zh": "运行总结"},
+    "sum_copy": {"en": "Copy as Markdown", "zh": "复制为 Markdown"},
+    "sum_title": {"en": "What happened in {run}", "zh": "{run} 的运行总结"},
+    "sum_state": {"en": "Ended", "zh": "结束状态"},
+    "sum_at_step": {"en": "at step {steps}", "zh": "停在第 {steps} 步"},
+    "sum_heldout": {"en": "held-out {metric}", "zh": "留出集 {metric}"},
+    "sum_best": {"en": "Best checkpoint", "zh": "最佳检查点"},
+    "sum_time": {"en": "Training time", "zh": "训练时长"},
+    "sum_tokens": {"en": "Completion tokens sampled", "zh": "生成的 token 数"},
+    "sum_error": {"en": "Error", "zh": "错误"},
+    "sum_warnings": {"en": "Warnings ({n})", "zh": "警告（{n} 条）"},
+    "sum_step": {"en": "step {s}", "zh": "第 {s} 步"},
+    "sum_steps": {"en": "steps {a}-{b}", "zh": "第 {a}-{b} 步"},
     "best_checkpoint": {"en": "best checkpoint: step-{step} ({metric} {value})", "zh": "最佳检查点：step-{step}（{metric} {value}）"},
     # evaluate page
     "subtitle_eval": {"en": "Score a model or checkpoint, compare answers side by side, chat with it, export it.",
@@ -80,6 +94,8 @@ UI: dict[str, dict[str, str]] = {
     "ev_export_btn": {"en": "Merge and export", "zh": "合并并导出"},
     # presets and import
     "preset": {"en": "Preset", "zh": "预设"},
+    "build_intro": {"en": "**New here?** Pick a preset, then press **Start**: every field below is already filled in.",
+                    "zh": "**第一次使用？** 选择一个预设，然后点击 **开始训练**：下方各项均已填好。"},
     "preset_info": {"en": "One click fills every field from presets/<name>.yaml.", "zh": "一键用 presets/<名称>.yaml 填充所有字段。"},
     "preset_loaded": {"en": "Loaded preset {name}.", "zh": "已载入预设 {name}。"},
     "preset_error": {"en": "Could not load preset {name}: {err}", "zh": "无法载入预设 {name}：{err}"},
@@ -261,12 +277,6 @@ UI: dict[str, dict[str, str]] = {
     "chart_eval": {"en": "Evaluation", "zh": "评估"},
     "chart_tools": {"en": "Tools: calls and turns per episode, failure and cut rates",
                     "zh": "工具：每回合调用数与轮数、失败率与截断率"},
-    "lg_tool_calls": {"en": "tool calls / episode", "zh": "每回合工具调用数"},
-    "lg_turns": {"en": "turns / episode", "zh": "每回合轮数"},
-    "lg_tool_failures": {"en": "failed calls / calls", "zh": "工具调用失败率"},
-    "lg_cut": {"en": "episodes cut", "zh": "被截断回合比例"},
-    "lg_rate": {"en": "rate", "zh": "比例"},
-    "lg_tools_s": {"en": "tools (within rollout)", "zh": "工具（含于采样）"},
     "chart_hist": {"en": "Reward distribution: first, chosen and latest step", "zh": "奖励分布：首步、所选步与最新步"},
     "hist_first": {"en": "first (step {s})", "zh": "首步（{s}）"},
     "hist_chosen": {"en": "chosen (step {s})", "zh": "所选（{s}）"},
@@ -324,6 +334,31 @@ UI: dict[str, dict[str, str]] = {
     # paths
     "outside": {"en": "{path} is outside the workspace.", "zh": "{path} 不在工作区内。"},
 }
+
+# The words charts show (app.figures: legend names, axis titles), by their English text; `{}` is a phase or a GPU.
+# Metric keys that are also names (kl, loss) read as themselves in English.
+CHART_WORDS: dict[str, dict[str, str]] = {"zh": {
+    "reward": "奖励", "± std": "± 标准差", "held-out {}": "留出集 {}", "best checkpoint step-{}": "最佳检查点 step-{}",
+    "best step-{}": "最佳 step-{}", "hours": "小时", "s": "秒", "completions": "回答数",
+    "step": "整步", "rollout": "采样", "forward_backward": "前向+反向", "optimizer": "优化器", "train": "训练",
+    "weight_sync": "权重同步", "tools (within rollout)": "工具（含于采样）",
+    "reward_std": "奖励标准差", "frac_reward_zero_std": "零方差组比例", "frac zero std": "零方差组比例",
+    "mean": "均值", "min": "最小", "max": "最大", "clipped ratio": "截断比例", "clipped": "截断",
+    "kl": "KL", "entropy": "熵", "entropy coef": "熵系数", "clip low": "下裁剪", "clip high": "上裁剪",
+    "clip region": "裁剪区间", "cispo clip": "cispo 截断", "off-policy masked": "离策略屏蔽",
+    "low-entropy masked": "低熵屏蔽", "clipped / masked": "裁剪 / 屏蔽",
+    "loss": "损失", "grad_norm": "梯度范数", "lr": "学习率", "completion tokens/s": "生成 token/秒",
+    "staleness": "策略滞后", "RAM GB": "内存 GB", "peak GB {}": "峰值 GB {}", "GPU peak GB {}": "GPU 峰值 GB {}",
+    "{} mem GB": "{} 显存 GB", "{} util %": "{} 利用率 %", "CPU %": "CPU %", "%": "%", "rate": "比例",
+    "tool calls / episode": "每回合工具调用数", "turns / episode": "每回合轮数", "failed calls / calls": "工具调用失败率",
+    "episodes cut": "被截断回合比例",
+}}
+
+
+def chart_words(lang: str) -> dict[str, str]:
+    """app.figures' `names` for the language: English text -> the language's (empty for English)."""
+    return CHART_WORDS.get(lang, {})
+
 
 def t(key: str, lang: str = "en", **fmt: Any) -> str:
     entry = UI.get(key)

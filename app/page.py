@@ -16,6 +16,20 @@ from app.session import SessionMemo
 
 NAV_JS = "(url) => { if (url) { window.location.assign(url); } }"
 LANG_KEY = "grpo-studio-lang"
+# Gradio's own words (upload boxes, "Drop File Here") follow its front end's locale, which it takes from the
+# browser. This sets that locale to the studio's language through Gradio's changeLocale (its core module, found
+# among the loaded scripts) and waits for the dictionary; it hands on the language, and as the flag the language
+# when the locale changed (the components drawn before must then be remounted), else "".
+GRADIO_LOCALE_JS = """async (lang, _) => {
+  const want = lang === 'zh' ? 'zh-CN' : 'en';
+  if (document.documentElement.lang === want) return [lang, ''];
+  const url = performance.getEntriesByType('resource').map(e => e.name)
+    .find(n => /\\/assets\\/core-[^/]*\\.js$/.test(n));
+  if (!url) return [lang, ''];
+  try { (await import(url)).changeLocale(want); } catch (e) { return [lang, '']; }
+  for (let i = 0; i < 50 && document.documentElement.lang !== want; i++) await new Promise(r => setTimeout(r, 100));
+  return [lang, lang];
+}"""
 
 
 def header(reg: Registry, lang: str, subtitle_key: str) -> tuple[gr.Radio, gr.BrowserState]:
@@ -49,6 +63,20 @@ def wire_language(demo: gr.Blocks, reg: Registry, radio: gr.Radio, store: gr.Bro
         return stored if stored in LANGS and stored != current else gr.skip()
 
     demo.load(restore, [store, radio], radio, queue=False, show_progress="hidden")
+    own = reg.gradio_text
+    if own:  # Gradio's own words: its locale follows the page's language, on open and on every switch
+        def hide(changed: str) -> list[Any]:
+            return [gr.update(visible=False) if changed else gr.skip() for _ in own]
+
+        def show(changed: str) -> list[Any]:
+            return [gr.update(visible=True) if changed else gr.skip() for _ in own]
+
+        changed = gr.Textbox(visible=False)
+        for trigger in (demo.load, radio.change):
+            trigger(lambda lang, flag: flag, [radio, changed], changed, js=GRADIO_LOCALE_JS, queue=False,
+                    show_progress="hidden") \
+                .then(hide, changed, own, queue=False, show_progress="hidden") \
+                .then(show, changed, own, queue=False, show_progress="hidden")
 
 
 def session_defaults(lang: str, run_id: str | None) -> dict[str, Any]:

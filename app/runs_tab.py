@@ -19,9 +19,10 @@ import gradio as gr
 from app.config import StudioConfig
 from app.fields import Registry
 from app.figures import CHART_IDS, MetricTable, build_dashboard, has_tool_metrics, reward_histogram
-from app.locales import state_label, t
+from app.locales import chart_words, state_label, t
 from app.media import thumb_uris
 from app.page import NAV_JS, forget_drawn, header, session_defaults, wire_language
+from app.run_summary import FINAL_STATES, summarize, summary_markdown
 from app.runlist import RUN_COLUMNS, RunInfo, controls, find_run, format_duration, progress, runs_table
 from app.samples_view import EPISODE_LABELS, SampleFilter, render_step
 from app.session import SessionMemo
@@ -51,13 +52,6 @@ def chart_titles(lang: str) -> dict[str, str]:
     return {cid: t(f"chart_{cid}", lang) for cid in CHART_IDS}
 
 
-def chart_names(lang: str) -> dict[str, str]:
-    """Legend names (by metric key) and right-axis titles ("y2/CHART") that follow the language."""
-    return {"tools/call_frequency": t("lg_tool_calls", lang), "episode/turns_mean": t("lg_turns", lang),
-            "tools/failure_frequency": t("lg_tool_failures", lang), "episode/cut_frequency": t("lg_cut", lang),
-            "y2/tools": t("lg_rate", lang), "timing/tools_s": t("lg_tools_s", lang)}
-
-
 def progress_html(info: RunInfo | None, tokens_per_s: float | None, lang: str, best: BestCheckpoint | None = None) -> str:
     if info is None:
         return f'<div class="gs-muted">{html.escape(t("no_run", lang))}</div>'
@@ -74,7 +68,7 @@ def progress_html(info: RunInfo | None, tokens_per_s: float | None, lang: str, b
         bits.append(f"{p.tokens_per_s:,.0f} {t('tok_s', lang)}")
     reward = info.latest().reward  # the runs table's own text for this run (RunInfo.row)
     if reward:
-        bits.append(f"reward {reward}")
+        bits.append(f"{t('s_reward', lang)} {reward}")
     if best is not None:
         text = t("best_checkpoint", lang, step=best.step, metric=best.metric, value=f"{best.value:.3f}")
         bits.append(f'<span id="best-ckpt">{html.escape(text)}</span>')
@@ -120,6 +114,14 @@ class RunsTab:
                                          elem_classes=["gs-note"])
         self.action_msg = gr.Markdown(elem_id="run-action-msg")
         self.progress = gr.HTML(elem_id="run-progress")
+        # a run that has ended: what happened, on one screen, copyable as Markdown (app.run_summary)
+        with gr.Accordion(t("sum_acc", lang), open=True, visible=False, elem_id="run-summary-acc") as self.summary_acc:
+            reg.label(self.summary_acc, "sum_acc")
+            self.summary = gr.Markdown(elem_id="run-summary")
+            with gr.Accordion(t("sum_copy", lang), open=False, elem_id="run-summary-copy") as copy_acc:
+                reg.label(copy_acc, "sum_copy")
+                self.summary_code = gr.Code(language="markdown", interactive=False, show_label=False,
+                                            elem_id="run-summary-md")
 
         with gr.Accordion(t("dashboard", lang), open=True) as acc:
             reg.label(acc, "dashboard")
@@ -209,7 +211,7 @@ class RunsTab:
 
     def refresh_outputs(self) -> list[Any]:
         return [self.table, self.run_select, self.progress, self.stop_btn, self.resume_btn, self.controls_hint,
-                self.action_msg, self.log, *self.plots.values()]
+                self.action_msg, self.log, self.summary_acc, self.summary, self.summary_code, *self.plots.values()]
 
     def refresh(self, m: dict[str, Any]) -> list[Any]:
         """One live tick for session memo `m` (see app.session): outputs that did not change are skipped
@@ -264,7 +266,7 @@ class RunsTab:
             sess[f"dash_{group}"] = (view, version, now)
             empty = t("no_data" if info is not None else "no_runs", lang)
             figs = build_dashboard(table, chart_titles(lang), x_mode or "step", float(smoothing or 0), empty,
-                                   only=chart_ids, best=best, names=chart_names(lang))
+                                   only=chart_ids, best=best, names=chart_words(lang))
             for cid, shown in OPTIONAL_CHARTS.items():
                 if cid in figs:
                     figs[cid] = gr.update(value=figs[cid], visible=shown(table))
@@ -276,8 +278,9 @@ class RunsTab:
         prog_up = gr.skip() if sess.get("progress") == prog else prog
         sess["progress"] = prog
         ctl_up = self._controls(info, lang, sess)
+        sum_up = self._summary(info, version, lang, sess)
         if info is None:
-            return [table_up, select_up, prog_up, *ctl_up, gr.skip(), *plot_list]
+            return [table_up, select_up, prog_up, *ctl_up, gr.skip(), *sum_up, *plot_list]
         log_up: Any = gr.skip()
         if "log" in (panels or []):
             run = RunDir(info.path)
@@ -291,7 +294,20 @@ class RunsTab:
             sess["log"] = log_sig
         else:
             sess["log"] = None
-        return [table_up, select_up, prog_up, *ctl_up, log_up, *plot_list]
+        return [table_up, select_up, prog_up, *ctl_up, log_up, *sum_up, *plot_list]
+
+    def _summary(self, info: RunInfo | None, version: Any, lang: str, sess: dict[str, Any]) -> list[Any]:
+        """The ended run's summary (hidden while a run is active); rebuilt when the run, its state, its data or
+        the language change."""
+        ended = info is not None and info.state in FINAL_STATES
+        sig = (info.run_id, info.state, info.step, version, lang) if ended and info is not None else None
+        if sess.get("summary", "unset") == sig:
+            return [gr.skip()] * 3
+        sess["summary"] = sig
+        if not ended or info is None:
+            return [gr.update(visible=False), gr.skip(), gr.skip()]
+        md = summary_markdown(summarize(RunDir(info.path)), lang)
+        return [gr.update(visible=True), md, md]
 
     def samples_outputs(self) -> list[Any]:
         return [self.step, self.samples, self.hist]
@@ -306,7 +322,8 @@ class RunsTab:
                 return [gr.skip(), gr.skip(), gr.skip()]
             sess["sig"] = sig
             return [gr.update(maximum=1, value=0), f'<div class="gs-muted">{t("no_samples", lang)}</div>',
-                    reward_histogram([], t("chart_hist", lang), empty_message=t("no_samples", lang))]
+                    reward_histogram([], t("chart_hist", lang), empty_message=t("no_samples", lang),
+                                     names=chart_words(lang))]
         cache = self.config.store.get(run.path)
         steps = cache.sample_steps()
         if not steps:
@@ -315,7 +332,8 @@ class RunsTab:
                 return [gr.skip(), gr.skip(), gr.skip()]
             sess["sig"] = sig
             return [gr.update(maximum=1, value=0), f'<div class="gs-muted">{t("no_samples", lang)}</div>',
-                    reward_histogram([], t("chart_hist", lang), empty_message=t("no_samples", lang))]
+                    reward_histogram([], t("chart_hist", lang), empty_message=t("no_samples", lang),
+                                     names=chart_words(lang))]
         if follow or step is None:
             chosen = steps[-1]
         else:
@@ -347,7 +365,8 @@ class RunsTab:
             groups.append((t("hist_chosen", lang, s=chosen), cache.step_rewards(chosen)))
         if steps[-1] != steps[0]:
             groups.append((t("hist_latest", lang, s=steps[-1]), cache.step_rewards(steps[-1])))
-        hist = reward_histogram(groups, t("chart_hist", lang), empty_message=t("no_samples", lang))
+        hist = reward_histogram(groups, t("chart_hist", lang), empty_message=t("no_samples", lang),
+                                names=chart_words(lang))
         return [slider_up, view_html, hist]
 
     # ------------------------------------------------------------------------- controls

@@ -24,8 +24,13 @@ from app.samples_view import SAMPLES_CSS
 CSS = SAMPLES_CSS + EVAL_CSS + """
 .gs-error textarea, .gs-error input, .gs-error .wrap { border-color: #dc2626 !important; }
 .gs-error .info, .gs-error [data-testid="block-info"] + div, .gs-error-text { color: #dc2626 !important; }
-.gs-actions { position: sticky; bottom: 0; z-index: 20; padding: 8px; box-shadow: 0 -2px 8px rgba(0,0,0,.08);
-  background: var(--background-fill-primary, #fff); }
+.gs-actions { position: sticky; top: 0; z-index: 20; padding: 6px 8px; box-shadow: 0 2px 8px rgba(0,0,0,.08);
+  background: var(--background-fill-primary, #fff); align-items: center; }
+/* Gradio's container clips with overflow: hidden, which makes it the sticky bar's scroller; clip does not */
+.gradio-container:has(.gs-actions) { overflow: clip !important; }
+.gs-actions .gs-summary { max-height: 4.5em; overflow-y: auto; font-size: 13px; }
+.gs-actions .gs-summary p, .gs-actions .gs-summary ul { margin: 0; }
+.gs-inert .info, .gs-inert [data-testid="block-info"] + div { color: #92400e !important; }
 .gs-note { font-size: 12px; color: var(--body-text-color-subdued, #6b7280); }
 .gs-small { font-size: 12px; }
 .gs-muted { color: #6b7280; padding: 8px; }

@@ -44,10 +44,11 @@ from backend.data import (
 )
 from backend.footprint import memory_issues
 from backend.machine import Machine, deepspeed_installed, engines_in, hub_cached, model_types, torchvision_error
+from backend.relevance import inert_fields
 from backend.rewards.plugins import plugin_reward_names
 from backend.rewards.registry import BUILTIN_REWARDS
 from backend.rundir import RunDir
-from backend.spec import CLIPPED_LOSS_TYPES, LOSS_TYPES, AlgorithmSection, RunSpec, SpecError, SpecIssue, load_spec
+from backend.spec import LOSS_TYPES, AlgorithmSection, RunSpec, SpecError, SpecIssue, get_field, load_spec
 from backend.workspace import Workspace
 
 # ----------------------------------------------------------------------------- well-formed anywhere
@@ -466,7 +467,7 @@ def _check_ranks(spec: RunSpec, issues: list[SpecIssue]) -> None:
 
 def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
     """Options that only mean something with some loss types, and bounds that depend on other fields."""
-    a, defaults = spec.algorithm, type(spec.algorithm)()
+    a = spec.algorithm
     info = LOSS_TYPES[a.loss_type]
     if info.weight_cap and a.epsilon_high < 1.0:
         issues.append(SpecIssue("algorithm.epsilon_high", f"loss_type {a.loss_type} caps the importance weight at "
@@ -477,34 +478,19 @@ def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
         issues.append(SpecIssue("algorithm.importance_sampling_level",
                                 f"loss_type {a.loss_type} is defined on {level}-level ratios: set "
                                 f"importance_sampling_level to {level}"))
-    if a.delta:
-        if not info.clipped:
-            issues.append(SpecIssue("algorithm.delta", f"two-sided clipping applies to the clipped objectives "
-                                                       f"({', '.join(CLIPPED_LOSS_TYPES)}), not loss_type {a.loss_type}"))
-        elif a.delta <= 1 + a.upper_clip:
-            issues.append(SpecIssue("algorithm.delta", f"must exceed 1 + epsilon_high = {1 + a.upper_clip:g} "
-                                                       "(it caps only ratios above the clip range; INTELLECT-2 uses 4)"))
-    readers: dict[str, list[str]] = {}  # option -> the loss types that read it (the table's `options`)
-    for name, other in LOSS_TYPES.items():
-        for option in other.options:
-            readers.setdefault(option, []).append(name)
-    for option, names in readers.items():
-        if a.loss_type not in names and getattr(a, option) != getattr(defaults, option):
-            issues.append(SpecIssue(f"algorithm.{option}", f"only used by loss_type {' / '.join(names)}"))
+    if a.delta and info.clipped and a.delta <= 1 + a.upper_clip:
+        issues.append(SpecIssue("algorithm.delta", f"must exceed 1 + epsilon_high = {1 + a.upper_clip:g} "
+                                                   "(it caps only ratios above the clip range; INTELLECT-2 uses 4)"))
     if info.folds_is_weights and spec.rollout.vllm_importance_sampling_correction \
             and not spec.rollout.vllm_importance_sampling_mode.startswith("token_"):
         issues.append(SpecIssue("rollout.vllm_importance_sampling_mode",
                                 f"loss_type {a.loss_type} folds per-token importance sampling ratios into its sequence "
                                 "weight: use token_truncate or token_mask"))
     _check_advantages(a, issues)
-    if a.use_adaptive_entropy:
-        if a.entropy_coef_min > a.entropy_coef_max:
-            issues.append(SpecIssue("algorithm.entropy_coef_min",
-                                    f"{a.entropy_coef_min} exceeds entropy_coef_max ({a.entropy_coef_max})"))
-    else:
-        for name in ("entropy_target", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta"):
-            if getattr(a, name) != getattr(defaults, name):
-                issues.append(SpecIssue(f"algorithm.{name}", "only used with use_adaptive_entropy"))
+    if a.use_adaptive_entropy and a.entropy_coef_min > a.entropy_coef_max:
+        issues.append(SpecIssue("algorithm.entropy_coef_min",
+                                f"{a.entropy_coef_min} exceeds entropy_coef_max ({a.entropy_coef_max})"))
+    _check_inert(spec, issues)
     if spec.model.finetune == "lora" and spec.model.lora_dropout > 0 and a.disable_dropout:
         issues.append(SpecIssue("model.lora_dropout", "has no effect while algorithm.disable_dropout is on: "
                                                       "set one of them off"))
@@ -513,12 +499,9 @@ def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
 
 def _check_ref_sync(spec: RunSpec, issues: list[SpecIssue]) -> None:
     """Reference-model sync needs a reference of its own, whole on each rank (backend/train/ref_sync.py)."""
-    a, defaults = spec.algorithm, type(spec.algorithm)()
+    a = spec.algorithm
     if not a.sync_ref_model:
-        for name in ("ref_model_mixup_alpha", "ref_model_sync_steps"):
-            if getattr(a, name) != getattr(defaults, name):
-                issues.append(SpecIssue(f"algorithm.{name}", "only used with sync_ref_model"))
-        return
+        return  # its two parameters alone are refused by the inert-field rule (backend/relevance.py)
     if a.beta == 0:
         issues.append(SpecIssue("algorithm.sync_ref_model", "needs beta > 0: with beta 0 no reference model is "
                                                             "loaded, so there is nothing to sync"))
@@ -551,6 +534,15 @@ def _check_advantages(a: AlgorithmSection, issues: list[SpecIssue]) -> None:
                                 f"the virtual completion joins the grpo baseline (the group mean), not "
                                 f"advantage_estimator {a.advantage_estimator}'s: set the estimator to grpo or turn "
                                 "calibration off"))
+
+
+def _check_inert(spec: RunSpec, issues: list[SpecIssue]) -> None:
+    """A value other than the default in a field that does nothing under the spec's other choices, where the
+    rule says so (relevance.INERT_RULES, the table the studio greys fields out by)."""
+    defaults = RunSpec()
+    for path, rule in inert_fields(spec).items():
+        if rule.refuse and get_field(spec, path) != get_field(defaults, path):
+            issues.append(SpecIssue(path, rule.why))
 
 
 BUILTIN_TOOLS = ("python",)  # backend.sandbox.python_tool, served by the tool worker

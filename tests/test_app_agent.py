@@ -182,12 +182,13 @@ def test_tools_chart_draws_episode_metrics_with_rates_on_the_right():
 
 
 def test_tools_chart_speaks_chinese():
-    from app.runs_tab import chart_names, chart_titles
+    from app.locales import chart_words
+    from app.runs_tab import chart_titles
 
     table = MetricTable([{"step": i, "tools/call_frequency": 1.0, "tools/failure_frequency": 0.0,
                           "episode/turns_mean": 2.0, "episode/cut_frequency": 0.0, "timing/tools_s": 0.1}
                          for i in range(1, 4)])
-    figs = build_dashboard(table, chart_titles("zh"), names=chart_names("zh"))
+    figs = build_dashboard(table, chart_titles("zh"), names=chart_words("zh"))
     names = [tr["name"] for tr in figs["tools"].data]
     assert names == ["每回合工具调用数", "每回合轮数", "工具调用失败率", "被截断回合比例"]
     assert figs["tools"].layout["title"]["text"].startswith("工具") and figs["tools"].layout["yaxis2"]["title"]["text"] == "比例"

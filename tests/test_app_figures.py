@@ -212,3 +212,32 @@ def test_step_axis_ticks_are_whole_steps(n):
         assert xaxis["dtick"] == 1
     elapsed = reward_figure(table, "reward", x_mode="elapsed").to_plotly_json()["layout"]["xaxis"]
     assert "dtick" not in elapsed and elapsed.get("tickformat") != "d"  # hours stay fractional
+
+
+def test_every_chart_word_follows_the_language():
+    """Issue 29 item 11: in Chinese no legend name or axis title is left in English (metric keys that are
+    identifiers, reward function names and GPU names stay as they are)."""
+    from types import SimpleNamespace
+
+    from app.locales import CHART_WORDS, chart_words
+
+    table = MetricTable([{**r, "kl": 0.01, "entropy_coef": 0.01, "system/peak_gb/rollout": 1.5}
+                         for r in rows(20, eval_every=5, gpus=1)])
+    best = SimpleNamespace(step=10, metric="eval/reward", value=0.5)
+    zh, english = chart_words("zh"), set(CHART_WORDS["zh"]) - set(CHART_WORDS["zh"].values())
+    figs = {**build_dashboard(table, {}, x_mode="elapsed", best=best, names=zh),
+            "hist": reward_histogram([("a", [0.1, 0.5])], "h", names=zh),
+            "cmp": compare_figure([("run1", table)], "reward", "c", x_mode="elapsed", names=zh)}
+    shown = []
+    for fig in figs.values():
+        shown += [tr["name"] for tr in fig.data if tr.get("name")]
+        shown += [tr["text"][0] for tr in fig.data if tr.get("text")]
+        shown += [ax["title"]["text"] for k, ax in fig.layout.items() if k.startswith(("xaxis", "yaxis"))
+                  and isinstance(ax, dict) and ax.get("title")]
+    assert {"奖励", "± 标准差", "小时", "秒", "回答数", "留出集 reward", "最佳检查点 step-10", "峰值 GB rollout",
+            "gpu0 显存 GB", "gpu0 利用率 %", "学习率", "采样"} <= set(shown), shown
+    left = [s for s in shown if s in english or any(w in s for w in ("held-out", "best", "peak", "mem GB", "util"))]
+    assert not left, left
+    # English stays English
+    en = build_dashboard(table, {}, x_mode="elapsed", names=chart_words("en"))
+    assert en["reward"].layout["xaxis"]["title"]["text"] == "hours"

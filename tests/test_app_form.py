@@ -153,3 +153,17 @@ def test_a_field_without_studio_text_is_shown_by_its_name_and_english_help():
     assert field_label(doc, "en") == field_label(doc, "zh") == "max steps"
     assert field_help(doc, "zh") == f"{doc.help} [algorithm.max_steps]"
     assert field_label(dataclasses.replace(doc, label="Max steps"), "zh") == "Max steps"  # zh falls back to en
+
+
+def test_the_english_and_chinese_help_give_the_same_numbers_and_dtypes():
+    """Issue 29 item 11: the dtype help once said different things in the two languages. A translation may word
+    things its own way, but the numbers and the names with digits in them (float32, bfloat16, fp32, AVX512-BF16)
+    are the same in both."""
+    import re
+
+    def figures(text: str) -> set[str]:
+        return {m.lower() for m in re.findall(r"[A-Za-z_]*\d[\w.\-]*\w|\d", text)}
+
+    differ = {f.path: (figures(f.help) ^ figures(f.help_zh)) for f in iter_fields() if f.help_zh}
+    differ = {k: v for k, v in differ.items() if v}
+    assert not differ, differ

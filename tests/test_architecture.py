@@ -24,7 +24,7 @@ BACKEND = ROOT / "backend"
 FLOORS: dict[str, int] = {
     "backend": 1,  # the package itself
     "backend.spec": 1, "backend.rundir": 1, "backend.project": 1, "backend.procs": 1, "backend.rollout.base": 1,
-    "backend.sandbox": 1,
+    "backend.sandbox": 1, "backend.relevance": 1,
     "backend.data": 2, "backend.workspace": 2, "backend.models": 2, "backend.multimodal": 2, "backend.rollout": 2, "backend.importers": 2,
     "backend.exporters": 2,
     "backend.rewards": 3, "backend.eval": 3, "backend.agent": 3,

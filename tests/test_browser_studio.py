@@ -531,3 +531,146 @@ def test_base_vs_checkpoint_opens_as_a_comparison(env):
     expect(page.locator("#cmp-msg")).to_contain_text("of 500 prompts shown")
     page.screenshot(path=str(ARTIFACTS / "11-eval-pair.png"), full_page=True)
     page.close()
+
+
+def _in_view(page, selector: str) -> bool:
+    return page.evaluate(f"""(() => {{ const r = document.querySelector({selector!r}).getBoundingClientRect();
+        return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight; }})()""")
+
+
+def test_start_stays_in_view_from_the_first_screen(env):
+    """Issue 29 item 6: at 1280x800 the first screen says what to do and shows Start without scrolling; the bar
+    with Start, Preview and the validation summary stays in view down to the end of the form."""
+    page = env["browser"].new_page(viewport={"width": 1280, "height": 800})
+    page.route("**/*", offline)
+    page.goto(env["studio"].url, wait_until="domcontentloaded")
+    expect(page.locator("#build-intro")).to_contain_text("Pick a preset, then press Start")
+    expect(page.locator("#start-btn")).to_be_enabled(timeout=30_000)
+    assert page.evaluate("window.scrollY") == 0
+    assert _in_view(page, "#start-btn") and _in_view(page, "#preview-cmd-btn")
+    expect(page.locator("#action-bar #validation-summary")).to_contain_text("Ready to start")
+    page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+    page.wait_for_function("window.scrollY > 2000")
+    assert _in_view(page, "#start-btn") and _in_view(page, "#validation-summary")
+    page.screenshot(path=str(ARTIFACTS / "12-build-bar-scrolled.png"), full_page=False)
+    page.locator("#preview-cmd-btn").click()  # its answer, under the bar at the top, is brought into view
+    expect(page.locator("#command-preview")).to_contain_text("backend.train", timeout=30_000)
+    page.wait_for_function("""(() => { const r = document.querySelector('#command-preview').getBoundingClientRect();
+        return r.top < window.innerHeight && r.bottom > 0; })()""", timeout=10_000)
+    page.close()
+
+
+def test_fields_that_do_nothing_are_greyed_with_the_reason(env):
+    """Issue 29 item 7: under full fine-tuning the LoRA fields are not editable and say why (in English and
+    Chinese); choosing lora makes them editable; a loss type without the clip greys the clip epsilon. The rule
+    is relevance.INERT_RULES, the table the check refuses by."""
+    page = new_page(env["browser"], env["studio"].url)
+    expect(page.locator("#start-btn")).to_be_enabled(timeout=30_000)
+    rank = number_input(page, "model.lora_rank")
+    expect(rank).to_be_disabled()
+    expect(page.locator("#field-model-lora_rank")).to_contain_text("only used with fine-tuning 'lora'")
+    expect(page.locator("#field-model-lora_targets textarea, #field-model-lora_targets input").first).to_be_disabled()
+    expect(number_input(page, "rollout.num_generations")).to_be_enabled()
+    page.locator("#lang-switch label", has_text="中文").click()
+    expect(page.locator("#field-model-lora_rank")).to_contain_text("仅在微调方式为 lora 时使用", timeout=30_000)
+    expect(rank).to_be_disabled()
+    page.locator("#lang-switch label", has_text="English").click()
+    expect(page.locator("#field-model-lora_rank")).to_contain_text("only used with fine-tuning", timeout=30_000)
+
+    _choose(page, "field-model-finetune", "lora")
+    expect(rank).to_be_enabled(timeout=30_000)
+    expect(page.locator("#field-model-lora_rank")).not_to_contain_text("only used with")
+    eps = number_input(page, "algorithm.epsilon")
+    expect(eps).to_be_enabled()
+    _choose(page, "field-algorithm-loss_type", "sapo")
+    expect(eps).to_be_disabled(timeout=30_000)
+    expect(page.locator("#field-algorithm-epsilon")).to_contain_text("only used by loss_type grpo")
+    expect(page.locator("#start-btn")).to_be_enabled()  # a greyed field is no error
+    page.screenshot(path=str(ARTIFACTS / "13-build-inert-fields.png"), full_page=False)
+    page.close()
+
+
+def _ended_run(env, name: str):
+    """A finished run directory as the trainer leaves it: 20 steps of metrics, a held-out curve, two saved
+    checkpoints, a warning; its id sorts oldest, so it is never a page's default selection."""
+    import json
+
+    from backend.rundir import RunDir
+
+    run = RunDir(env["runs"] / f"20000102-000000-{name}-0000")
+    if run.path.exists():
+        return run
+    run.path.mkdir(parents=True)
+    run.spec_path.write_text((ROOT / "presets" / "tiny-cpu.yaml").read_text())
+    run.metrics_path.write_text("".join(json.dumps(
+        {"step": s, "rollout": s - 1, "time": 1.7e9 + 2 * s, "elapsed_s": 2.0 * s, "reward": s / 10,
+         "reward_std": 0.1, "throughput/completion_tokens_per_s": 100.0, "timing/step_s": 2.0,
+         "timing/rollout_s": 1.5, "timing/train_s": 0.5}) + "\n" for s in range(1, 21)))
+    run.eval_dir.mkdir()
+    (run.eval_dir / "during_training.jsonl").write_text(
+        "".join(json.dumps({"step": s, "eval/reward": r}) + "\n" for s, r in ((10, 0.4), (20, 0.7))))
+    for s in (10, 20):
+        (run.checkpoints_dir / f"step-{s}").mkdir(parents=True)
+        (run.checkpoints_dir / f"step-{s}" / "COMPLETE").write_text("")
+    run.write_status(state="finished", step=20, total_steps=20, reward=2.0, elapsed_s=40.0, preset="tiny-cpu",
+                     warnings=["a reward returned None for a whole batch at step 3"])
+    return run
+
+
+_CLIPPED_JS = """(sel) => { const box = document.querySelector(sel).getBoundingClientRect(), out = [];
+    const walk = document.createTreeWalker(document.querySelector(sel), NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+        if (!n.textContent.trim()) continue;
+        const range = document.createRange(); range.selectNodeContents(n); const r = range.getBoundingClientRect();
+        if (r.height > 0 && (r.bottom > box.bottom + 1 || r.top < box.top - 1)) out.push(n.textContent.trim());
+    }
+    return out; }"""
+
+
+def test_chinese_reaches_charts_status_and_gradios_own_words(env):
+    """Issue 29 item 11: in Chinese the chart legends and axis titles, the status line's reward and Gradio's
+    own upload words ("Drop File Here") are Chinese, and the upload box shows its words whole."""
+    run = _ended_run(env, "zh")
+    page = new_page(env["browser"], env["studio"].url + f"runs?run={run.run_id}", "#runs-table")
+    expect(page.locator("#run-select input")).to_have_value(run.run_id, timeout=30_000)
+    page.locator("#lang-switch label", has_text="中文").click()
+    expect(page.locator("#run-progress")).to_contain_text("奖励 2.000", timeout=30_000)
+    page.wait_for_function("""[...document.querySelectorAll('#chart-reward text')].some(t => t.textContent === '奖励')
+        && [...document.querySelectorAll('#chart-reward text')].some(t => t.textContent === '± 标准差')""",
+                           timeout=30_000)
+    page.locator("#x-mode label", has_text="小时").click()
+    page.wait_for_function("[...document.querySelectorAll('#chart-reward text')].some(t => t.textContent === '小时')",
+                           timeout=30_000)
+    page.screenshot(path=str(ARTIFACTS / "14-runs-chinese.png"), full_page=False)
+    page.goto(env["studio"].url, wait_until="domcontentloaded")  # the choice follows to the Build page
+    expect(page.locator("#start-btn")).to_have_text("开始训练", timeout=30_000)
+    expect(page.locator("#data-upload")).to_contain_text("点击上传", timeout=30_000)
+    expect(page.locator("#data-upload")).not_to_contain_text("Drop File Here")
+    assert page.evaluate(_CLIPPED_JS, "#data-upload") == []
+    page.locator("#data-upload").screenshot(path=str(ARTIFACTS / "14-upload-chinese.png"))
+    page.locator("#lang-switch label", has_text="English").click()  # and back, without a reload
+    expect(page.locator("#data-upload")).to_contain_text("Click to Upload", timeout=30_000)
+    page.close()
+
+
+def test_an_ended_run_says_what_happened(env):
+    """Issue 29: an ended run's page shows what happened (reward and held-out from -> to, the best checkpoint,
+    time, tokens, warnings) on one screen, and gives it as Markdown to copy."""
+    run = _ended_run(env, "story")
+    page = new_page(env["browser"], env["studio"].url + f"runs?run={run.run_id}", "#runs-table")
+    expect(page.locator("#run-select input")).to_have_value(run.run_id, timeout=30_000)
+    summary = page.locator("#run-summary")
+    expect(summary).to_contain_text("0.150 → 1.950", timeout=30_000)
+    # item 9: the table row and the status line show one reading of the reward
+    expect(page.locator("#run-progress")).to_contain_text("reward 2.000")
+    expect(page.locator("#runs-table tr", has_text=run.run_id)).to_contain_text("2.000")
+    expect(summary).to_contain_text("held-out reward: 0.400 → 0.700")
+    expect(summary).to_contain_text("checkpoints/step-20 (eval/reward 0.700)")
+    expect(summary).to_contain_text("40s")
+    expect(summary).to_contain_text("4,000")
+    expect(summary).to_contain_text("Warnings (1)")
+    expect(summary).to_contain_text("at step 3")
+    page.locator("#run-summary-copy").get_by_text("Copy as Markdown").first.click()
+    expect(page.locator("#run-summary-md")).to_contain_text("### What happened in " + run.run_id)
+    page.screenshot(path=str(ARTIFACTS / "15-run-summary.png"), full_page=False)
+    page.close()

@@ -156,7 +156,7 @@ def test_launch_refuses_what_this_machine_cannot_run(overrides, field, tmp_path,
 OBJECTIVE_RULES = [
     (["algorithm.loss_type=cispo"], "algorithm.epsilon_high", "cap"),
     (["algorithm.loss_type=luspo"], "algorithm.importance_sampling_level", "sequence"),
-    (["algorithm.loss_type=sapo", "algorithm.delta=4"], "algorithm.delta", "clipped objectives"),
+    (["algorithm.loss_type=sapo", "algorithm.delta=4"], "algorithm.delta", "(the clipped objectives)"),
     (["algorithm.delta=1.1"], "algorithm.delta", "1 + epsilon_high = 1.2"),
     (["algorithm.sapo_temperature_pos=2"], "algorithm.sapo_temperature_pos", "loss_type sapo"),
     (["algorithm.entropy_target=1.5"], "algorithm.entropy_target", "use_adaptive_entropy"),

@@ -10,7 +10,7 @@ from typing import Any
 import gradio as gr
 
 from app.data_preview import preview_rows
-from app.fields import COLUMN_FIELDS, section_fields
+from app.fields import COLUMN_FIELDS, UPLOAD_HEIGHT, section_fields
 from app.form import FieldValueError, field_doc, from_widget, values_to_spec
 from app.locales import t
 from app.media import img_tags, thumb_uris
@@ -88,8 +88,8 @@ def build(ctx: BuildContext) -> None:
     comps = ctx.form.comps
     with gr.Row():
         upload = gr.File(label=t("data_upload", ctx.lang), file_types=[".jsonl", ".json", ".csv", ".parquet"],
-                         file_count="single", height=90, scale=1, elem_id="data-upload")
-        ctx.reg.label(upload, "data_upload")
+                         file_count="single", height=UPLOAD_HEIGHT, scale=1, elem_id="data-upload")
+        ctx.reg.own_words(ctx.reg.label(upload, "data_upload"))
         add = ctx.reg.label(gr.Checkbox(value=False, label=t("data_upload_add", ctx.lang), scale=0, min_width=200,
                                         elem_id="data-upload-add"), "data_upload_add")
     section_fields("data", ctx.form, ctx.reg, ctx.values, ctx.lang)

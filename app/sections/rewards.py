@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.fields import section_fields
+from app.fields import UPLOAD_HEIGHT, section_fields
 from app.form import values_to_spec
 from app.locales import t
 from app.paths import PathError, safe_filename
@@ -139,8 +139,8 @@ def build(ctx: BuildContext) -> None:
         with gr.Row():
             pname = ctx.reg.label(gr.Textbox("my_rewards", label=t("plugin_name", ctx.lang), scale=2), "plugin_name")
             save = ctx.reg.value(gr.Button(t("save_plugin", ctx.lang), size="sm", scale=1), "save_plugin")
-            upload = ctx.reg.label(gr.File(label=t("plugin_upload", ctx.lang), file_types=[".py"], height=90, scale=2),
-                                   "plugin_upload")
+            upload = ctx.reg.own_words(ctx.reg.label(gr.File(label=t("plugin_upload", ctx.lang), file_types=[".py"],
+                                                             height=UPLOAD_HEIGHT, scale=2), "plugin_upload"))
         plugin_msg = gr.Markdown()
     save.click(lambda n, c, p, tb, lang: save_plugin(ctx, n, c, p, tb, lang),
                [pname, code, plugins, table, ctx.lang_input], [plugins, table, plugin_msg])

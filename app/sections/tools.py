@@ -20,7 +20,7 @@ from typing import Any
 
 import gradio as gr
 
-from app.fields import section_fields
+from app.fields import UPLOAD_HEIGHT, section_fields
 from app.locales import t
 from app.paths import PathError, Workspace, safe_filename
 from app.sections import BuildContext
@@ -207,8 +207,9 @@ def build(ctx: BuildContext) -> None:
                                              elem_id="tool-name"), "tool_name")
             save = ctx.reg.value(gr.Button(t("save_tool", ctx.lang), size="sm", scale=1, elem_id="tool-save"),
                                  "save_tool")
-            upload = ctx.reg.label(gr.File(label=t("tool_upload", ctx.lang), file_types=[".py"], height=90, scale=2,
-                                           elem_id="tool-upload"), "tool_upload")
+            upload = ctx.reg.own_words(ctx.reg.label(gr.File(label=t("tool_upload", ctx.lang), file_types=[".py"],
+                                                             height=UPLOAD_HEIGHT, scale=2, elem_id="tool-upload"),
+                                                     "tool_upload"))
         msg = gr.Markdown(elem_id="tool-msg")
     outs = [files, functions, environment, msg]
     save.click(lambda n, c, f, fn, env, lang: on_save(ws, n, c, f, fn, env, lang),
