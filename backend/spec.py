@@ -551,20 +551,20 @@ class AlgorithmSection(Section):
         2.0, ge=0.0, le=100.0, description="VESPO power k for A >= 0: how strongly sequences whose importance ratio "
                                            "is below 1 are down-weighted.",
         json_schema_extra=_ui("VESPO k (A >= 0)", "VESPO k（非负优势）",
-                              "VESPO 中非负优势的幂指数 k：重要性比率小于 1 的序列被降权的程度。", advanced=True))
+                              "VESPO 中优势 A >= 0 时的幂指数 k：重要性比率小于 1 的序列被降权的程度。", advanced=True))
     vespo_lambda_pos: float = Field(
         3.0, ge=0.0, le=100.0, description="VESPO decay lambda for A >= 0: how strongly sequences whose importance "
                                            "ratio is above 1 are down-weighted.",
         json_schema_extra=_ui("VESPO lambda (A >= 0)", "VESPO lambda（非负优势）",
-                              "VESPO 中非负优势的衰减系数 lambda：重要性比率大于 1 的序列被降权的程度。", advanced=True))
+                              "VESPO 中优势 A >= 0 时的衰减系数 lambda：重要性比率大于 1 的序列被降权的程度。", advanced=True))
     vespo_k_neg: float = Field(
         3.0, ge=0.0, le=100.0, description="VESPO power k for A < 0 (ratio below 1).",
         json_schema_extra=_ui("VESPO k (A < 0)", "VESPO k（负优势）",
-                              "VESPO 中负优势的幂指数 k（比率小于 1 时）。", advanced=True))
+                              "VESPO 中优势 A < 0 时的幂指数 k（比率小于 1 时）。", advanced=True))
     vespo_lambda_neg: float = Field(
         2.0, ge=0.0, le=100.0, description="VESPO decay lambda for A < 0 (ratio above 1).",
         json_schema_extra=_ui("VESPO lambda (A < 0)", "VESPO lambda（负优势）",
-                              "VESPO 中负优势的衰减系数 lambda（比率大于 1 时）。", advanced=True))
+                              "VESPO 中优势 A < 0 时的衰减系数 lambda（比率大于 1 时）。", advanced=True))
     num_iterations: int = Field(
         1, ge=1, le=64, description="Optimizer steps per rollout batch (the paper's mu).",
         json_schema_extra=_ui("Updates per batch (mu)", "每批更新次数（mu）",
