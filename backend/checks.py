@@ -495,6 +495,25 @@ def _check_objective(spec: RunSpec, issues: list[SpecIssue]) -> None:
         issues.append(SpecIssue("model.lora_dropout", "has no effect while algorithm.disable_dropout is on: "
                                                       "set one of them off"))
     _check_ref_sync(spec, issues)
+    _check_kl_in_reward(spec, issues)
+
+
+def _check_kl_in_reward(spec: RunSpec, issues: list[SpecIssue]) -> None:
+    """kl_in_reward charges each reward beta x its KL to the reference (RolloutBuilder.charge_kl)."""
+    a = spec.algorithm
+    if not a.kl_in_reward:
+        return
+    if a.beta == 0:
+        issues.append(SpecIssue("algorithm.kl_in_reward", "needs beta > 0: with beta 0 no reference model is loaded "
+                                                          "and the charge beta x KL is 0; set beta (ms-swift: 0.04)"))
+    if a.multi_objective_aggregation != "sum_then_normalize":
+        issues.append(SpecIssue("algorithm.kl_in_reward", "needs multi_objective_aggregation sum_then_normalize: "
+                                                          "normalize_then_sum has no summed reward to charge the KL "
+                                                          "to (ms-swift turns kl_in_reward off under gdpo)"))
+    if a.scale_rewards == "batch" and spec.resources.world_size > 1:
+        issues.append(SpecIssue("algorithm.kl_in_reward", "not with scale_rewards batch on several ranks: the "
+                                                          "advantages are formed again on each rank's shard of "
+                                                          "groups, whose std is not the batch's; use group or none"))
 
 
 def _check_ref_sync(spec: RunSpec, issues: list[SpecIssue]) -> None:

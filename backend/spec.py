@@ -588,6 +588,15 @@ class AlgorithmSection(Section):
         json_schema_extra=_ui("Multi-reward aggregation", "多奖励聚合",
                               "多个奖励函数时：先按权重求和再计算优势（scale_rewards）；或先在组内分别归一化"
                               "每个函数的奖励，按权重求和后再在全批次归一化（GDPO）。", advanced=True))
+    kl_in_reward: bool = Field(
+        False, description="Put the KL to the reference in the reward instead of the loss (ms-swift's kl_in_reward; "
+                           "its default for rloo and reinforce_plus_plus): each completion's reward gets -beta x the "
+                           "sum over its tokens of log pi_old - log pi_ref before the baseline, and the loss has no "
+                           "KL term. Needs beta > 0.",
+        json_schema_extra=_ui("KL in reward", "KL 并入奖励",
+                              "把相对参考模型的 KL 放进奖励而不是损失（ms-swift 的 kl_in_reward；rloo 与 "
+                              "reinforce_plus_plus 的默认做法）：在计算基线之前，每个回答的奖励减去 beta × 其各 token "
+                              "的 log pi_old - log pi_ref 之和，损失中不再有 KL 项。需要 beta > 0。", advanced=True))
     importance_sampling_level: Literal["token", "sequence"] = Field(
         "token", description="Ratio per token (GRPO) or one per sequence, the mean log-ratio (GSPO).",
         json_schema_extra=_ui("Importance sampling level", "重要性采样粒度",

@@ -39,6 +39,8 @@ class Rollout:
     media: list[dict[str, torch.Tensor] | None] | None = None
     # episodes: 1 on the model's own tokens, 0 on inserted tool results and observations (None: all are the model's)
     model_mask: torch.Tensor | None = None
+    # (B, F) the reward functions' scores (NaN = not scored): kl_in_reward forms the advantages again from them
+    reward_matrix: torch.Tensor | None = None
 
     @property
     def sampled_mask(self) -> torch.Tensor:

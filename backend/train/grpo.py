@@ -36,10 +36,16 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str, virtual
 
     Returns (advantages (B,), per-group std of the rewards (B / G,)). Groups are consecutive runs of `group_size`.
     Stds are unbiased (as torch.std, TRL and ms-swift), plus 1e-4 so zero-std groups give 0, not NaN.
+    A NaN reward is a completion no reward function scored (TRL 1.16's rule, GRPOTrainer and RLOOTrainer
+    alike): it is left out of every mean and std and gets advantage 0; so does a group or batch with fewer than
+    two scored completions where a std is taken (nanstd is NaN there), and rloo's group with one scored
+    completion (its leave-one-out baseline is 0 / 0). ms-swift has no such rule (compute_advantages nansums the
+    row to 0 and counts it like any other, for every estimator); we take TRL's for all three estimators, as a
+    reward 0 nobody gave biases the baseline and hands the completion a spurious advantage.
     `estimator` (ms-swift's advantage_estimator, swift/rl_core/advantage.py):
         grpo                 r - group mean; scaled by the rewards' group or batch std
-        rloo                 r - mean of the group's other G - 1 rewards = (r - group mean) G / (G - 1); scaled by
-                             the rewards' group or batch std, as grpo (TRL's RLOO with scale none)
+        rloo                 r - mean of the group's other n - 1 scored rewards = (r - group mean) n / (n - 1);
+                             scaled by the rewards' group or batch std, as grpo (TRL's RLOO with scale none)
         reinforce_plus_plus  r - group mean; scaled by the std of these advantages over the batch (batch: the
                              REINFORCE++ whitening) or within the group (group: the same as grpo's)
     `virtual_reward` (NGRPO's advantage calibration, grpo only) adds one virtual completion with that reward to
@@ -55,17 +61,18 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str, virtual
     stats = grouped
     if virtual_reward is not None:
         stats = torch.cat([grouped, grouped.new_full((grouped.shape[0], 1), virtual_reward)], dim=1)
-    adv = rewards - stats.mean(dim=1).repeat_interleave(group_size)
+    adv = rewards - torch.nanmean(stats, dim=1).repeat_interleave(group_size)
     if estimator == "rloo" and group_size > 1:
-        adv = adv * group_size / (group_size - 1)
+        scored = (~torch.isnan(grouped)).sum(dim=1).to(rewards.dtype).repeat_interleave(group_size)
+        adv = adv * scored / (scored - 1)
     if scale == "group":
-        std = adv.view(-1, group_size).std(dim=1) if estimator == "reinforce_plus_plus" else stats.std(dim=1)
+        std = nanstd(adv.view(-1, group_size) if estimator == "reinforce_plus_plus" else stats, dim=1)
         adv = adv / (std.repeat_interleave(group_size) + 1e-4)
     elif scale == "batch":
-        adv = adv / ((adv if estimator == "reinforce_plus_plus" else rewards).std() + 1e-4)
+        adv = adv / (nanstd(adv if estimator == "reinforce_plus_plus" else rewards) + 1e-4)
     elif scale != "none":
         raise ValueError(f"unknown scale_rewards {scale!r}")
-    return adv, group_std
+    return torch.nan_to_num(adv, nan=0.0), group_std
 
 
 def nanstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
@@ -100,6 +107,12 @@ def decoupled_advantages(per_fn: torch.Tensor, weights: torch.Tensor, group_size
     return torch.nan_to_num((summed - torch.nanmean(summed)) / (batch_std + 1e-4), nan=0.0)
 
 
+def sequence_kl(old_logps: torch.Tensor, ref_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) -> (B,): each completion's KL(pi_old || pi_ref) as kl_in_reward charges it, ms-swift's estimate:
+    the k1 log-ratio log pi_old - log pi_ref summed (not averaged) over the completion's tokens."""
+    return torch.where(mask.bool(), old_logps - ref_logps, 0.0).sum(-1)  # padding's logps may be anything
+
+
 @dataclass
 class Advantages:
     advantages: torch.Tensor  # (B,)
@@ -107,18 +120,29 @@ class Advantages:
     group_std: torch.Tensor  # (B / G,): the std of `rewards` within each group
 
 
-def advantages(a: AlgorithmSection, per_fn: torch.Tensor, weights: torch.Tensor, group_size: int) -> Advantages:
+def advantages(a: AlgorithmSection, per_fn: torch.Tensor, weights: torch.Tensor, group_size: int,
+               kl: torch.Tensor | None = None) -> Advantages:
     """The trainer's entry: (B, F) per-function rewards (NaN = not scored) -> advantages under the algorithm section
-    (multi_objective_aggregation, advantage_estimator, scale_rewards, advantage_calibration)."""
+    (multi_objective_aggregation, advantage_estimator, scale_rewards, advantage_calibration).
+
+    `kl` (B,), with kl_in_reward (sequence_kl): ms-swift's compute_advantages subtracts beta x kl from the weighted
+    reward before the baseline and the std, so the returned `rewards` carry the penalty too. normalize_then_sum
+    has no summed reward to charge it to (ms-swift turns kl_in_reward off under gdpo; checks.py refuses it)."""
     rewards = combine_rewards(per_fn, weights)
+    if kl is not None:
+        if a.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError("kl_in_reward needs multi_objective_aggregation sum_then_normalize")
+        rewards = rewards - a.beta * kl
     if a.multi_objective_aggregation == "normalize_then_sum":
         return Advantages(decoupled_advantages(per_fn, weights, group_size), rewards,
                           rewards.view(-1, group_size).std(dim=1))
     if a.multi_objective_aggregation != "sum_then_normalize":
         raise ValueError(f"unknown multi_objective_aggregation {a.multi_objective_aggregation!r}")
-    adv, group_std = group_advantages(rewards, group_size, a.scale_rewards,
-                                      a.solved_reward if a.advantage_calibration else None, a.advantage_estimator)
-    return Advantages(adv, rewards, group_std)
+    unscored = rewards.clone()
+    unscored[torch.isnan(per_fn).all(dim=1)] = float("nan")  # no function scored it: out of the statistics
+    adv, _ = group_advantages(unscored, group_size, a.scale_rewards,
+                              a.solved_reward if a.advantage_calibration else None, a.advantage_estimator)
+    return Advantages(adv, rewards, rewards.view(-1, group_size).std(dim=1))
 
 
 def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -256,7 +280,8 @@ class Objective:
     @classmethod
     def of(cls, a: AlgorithmSection) -> Objective:
         return cls(loss_type=a.loss_type, epsilon_low=a.epsilon, epsilon_high=a.upper_clip,
-                   is_level=a.importance_sampling_level, beta=a.beta, delta=a.delta or None,
+                   is_level=a.importance_sampling_level, beta=0.0 if a.kl_in_reward else a.beta,  # in the reward
+                   delta=a.delta or None,
                    sapo_temperature_pos=a.sapo_temperature_pos, sapo_temperature_neg=a.sapo_temperature_neg,
                    use_bias_correction_kl=a.use_bias_correction_kl,
                    off_policy_mask_threshold=a.off_policy_mask_threshold or None,

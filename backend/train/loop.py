@@ -246,7 +246,8 @@ class GRPOTrainer:
 
     @torch.no_grad()
     def prepare_logps(self, ro: Rollout) -> None:
-        """old_logps (needed when the batch is reused or sampled by an older policy) and ref_logps (beta > 0)."""
+        """old_logps (needed when the batch is reused or sampled by an older policy) and ref_logps (beta > 0); with
+        kl_in_reward, the advantages charged the KL between them (RolloutBuilder.charge_kl)."""
         a, r = self.spec.algorithm, self.spec.rollout
         B = ro.completion_ids.shape[0]
         mb = B // (a.gradient_accumulation_steps * r.steps_per_generation)  # a training micro-batch's rows
@@ -284,6 +285,15 @@ class GRPOTrainer:
         elif a.beta > 0:  # LoRA: the base model is the adapter-free policy
             with self.policy.disable_adapter():
                 ro.ref_logps = passes(self.policy)
+        if a.kl_in_reward:  # the rewards are charged the KL of the policy that sampled (ms-swift's old logps)
+            old = ro.old_logps
+            if old is None and ro.sampling_logps is not None and self.sync.shares_policy and self.autocast_dtype is None:
+                old = ro.sampling_logps  # equal to a forward pass of these weights (as above)
+            elif old is None:
+                self.policy.eval()
+                old = passes(self.policy)
+                self.policy.train()
+            self.rollouts.charge_kl(ro, old)
 
     def optimizer_step(self, ro: Rollout, clock: report.StepClock | None = None) -> dict[str, float]:
         """One optimizer step over the rollout (micro-batches accumulate); its metrics. `clock` gets its seconds.
@@ -351,7 +361,7 @@ class GRPOTrainer:
         acc["learning_rate"] = self.scheduler.get_last_lr()[0]
         acc["grad_norm"] = self.ranks.step(self.policy, self.optimizer, a.max_grad_norm)  # reduce, clip, update
         self.scheduler.step()
-        if a.beta == 0:
+        if a.beta == 0 or a.kl_in_reward:  # no KL term in the loss (kl_in_reward: the rollout's metric says it)
             acc.pop("kl")
         if clock is not None:
             t2 = time.time()

@@ -195,8 +195,26 @@ class RolloutBuilder:
         media = [g.prompt.media for g in groups for _ in range(G)]
         ro = Rollout(index, policy_version, prompt_ids, prompt_mask, comp_ids, comp_mask, loss_mask, samp_lp,
                      adv, metrics, report.sample_rows(scored, self.rows, spec.data),
-                     media=media if any(x is not None for x in media) else None, model_mask=model_mask)
+                     media=media if any(x is not None for x in media) else None, model_mask=model_mask,
+                     reward_matrix=per_fn)
         return ro
+
+    def charge_kl(self, ro: Rollout, old_logps: torch.Tensor) -> None:
+        """algorithm.kl_in_reward: the rollout's advantages formed again, each reward less beta x its completion's
+        KL to the reference (grpo.sequence_kl), once the old and reference logprobs exist (after assemble, which
+        has no model). From the stored reward matrix, so a batch prepared twice (resumed) is charged once. Ranks
+        hold whole groups, so group statistics are the whole batch's (checks.py refuses batch scaling on several
+        ranks)."""
+        assert ro.reward_matrix is not None and ro.ref_logps is not None
+        kl = grpo.sequence_kl(old_logps, ro.ref_logps, ro.sampled_mask)
+        computed = grpo.advantages(self.spec.algorithm, ro.reward_matrix, self.reward_weights,
+                                   self.spec.rollout.num_generations, kl)
+        ro.advantages = computed.advantages
+        ro.metrics["kl"] = float(kl.mean())  # ms-swift's kl metric in this mode: the summed per-completion KL
+        ro.metrics["kl_in_reward/reward"] = float(computed.rewards.mean())
+        if len(ro.samples) == len(kl):  # one sample row per completion (rank 0 of several keeps them all: skip)
+            for sample, adv, charged in zip(ro.samples, computed.advantages.tolist(), kl.tolist()):
+                sample["advantage"], sample["kl"] = adv, charged
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of the builder: the sampler's position and the replay store."""
