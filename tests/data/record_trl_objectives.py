@@ -200,9 +200,10 @@ ADV_G = 4  # completions per group in the advantage cases
 ADV_WEIGHTS = [1.0, 0.5, -2.0]
 
 
-def reward_matrix(seed: int, unscorable: bool) -> torch.Tensor:
+def reward_matrix(seed: int, unscorable: int) -> torch.Tensor:
     """(12, 3) rewards of 3 groups of 4: 0/1 correctness, a graded score, a penalty; some None (NaN), one group
-    where a function scores all alike, and with `unscorable` a completion no function scored."""
+    where a function scores all alike, and `unscorable` completions no function scored: 1 (row 6), or 4 (row 6
+    and rows 8-10, so the last group has a single scored completion: no std, no leave-one-out baseline)."""
     g = torch.Generator().manual_seed(100 + seed)
     r = torch.stack([(torch.rand(12, generator=g, dtype=torch.float64) > 0.5).double(),
                      torch.rand(12, generator=g, dtype=torch.float64) * 3,
@@ -211,6 +212,8 @@ def reward_matrix(seed: int, unscorable: bool) -> torch.Tensor:
     r[1, 1] = r[9, 2] = r[10, 2] = float("nan")
     if unscorable:
         r[6] = float("nan")
+    if unscorable > 1:
+        r[8:11] = float("nan")
     return r
 
 
@@ -233,21 +236,18 @@ def trl_advantages(cls: type, rewards_per_func: torch.Tensor, **attrs) -> list[f
 
 
 def advantage_cases() -> list[dict]:
-    """A completion no function scored only with normalize_then_sum, the one path here that takes TRL 1.16's rule
-    for it (left out of the statistics); sum_then_normalize and rloo count it 0, as ms-swift and TRL < 1.16 do."""
+    """Both aggregations x scale_rewards, and RLOO, on matrices with and without completions no function scored
+    (TRL 1.16 leaves those out of the statistics and gives them advantage 0, GRPOTrainer and RLOOTrainer alike)."""
     out = []
-    for seed, unscorable in ((0, False), (1, False), (2, True)):
+    for seed, unscorable in ((0, 0), (1, 0), (2, 1), (3, 4)):
         r = reward_matrix(seed, unscorable)
         for agg in ("sum_then_normalize", "normalize_then_sum"):
             for scale in ("group", "batch", "none"):
-                if unscorable and agg == "sum_then_normalize":
-                    continue
                 adv = trl_advantages(GRPOTrainer, r, multi_objective_aggregation=agg, scale_rewards=scale)
                 out.append({"trainer": "grpo", "multi_objective_aggregation": agg, "scale_rewards": scale,
                             "rewards": r.tolist(), "advantages": adv})
-        if not unscorable:
-            adv = trl_advantages(RLOOTrainer, r, normalize_advantages=False)
-            out.append({"trainer": "rloo", "rewards": r.tolist(), "advantages": adv})
+        adv = trl_advantages(RLOOTrainer, r, normalize_advantages=False)
+        out.append({"trainer": "rloo", "rewards": r.tolist(), "advantages": adv})
     return out
 
 
