@@ -84,6 +84,7 @@ _NOT_SPELLED: dict[str, frozenset[str]] = {
         "vllm_max_model_length"}),
     TRL: frozenset({
         "advantage_estimator",  # ms-swift's: TRL's GRPOTrainer has the group baseline only
+        "kl_in_reward",  # ms-swift's: TRL's GRPOTrainer keeps the KL in the loss (its RLOOTrainer in the reward)
         "vllm_max_model_len",
         "lora_rank", "target_modules", "max_turns", "sleep_level", "async_generate", "vllm_data_parallel_size",
         "vllm_importance_sampling_cap", "tau_pos", "tau_neg", "off_policy_sequence_mask_delta", "overlong_filter",
@@ -450,7 +451,8 @@ def _omit_defaults(out: _Out, reimport: Callable[[_Out], tuple[dict[str, Any], l
     """Leave out each option the source's defaults table fills back, that is off (False, 0, '': off is the tools'
     default too, as for RunSpec) or that has no effect in this run, where importing without it gives the same
     spec."""
-    table = set(TABLES.defaults[out.source]) | ({"learning_rate"} if out.tool == SWIFT else set())
+    # ms-swift's defaults tied to another option: the learning rate (the tuner), kl_in_reward (the estimator)
+    table = set(TABLES.defaults[out.source]) | ({"learning_rate", "kl_in_reward"} if out.tool == SWIFT else set())
     no_vllm = out.spec.rollout.engine != "vllm"
     full = out.spec.model.finetune == "full"
     unread = {f"algorithm.{o}" for name, info in LOSS_TYPES.items() if name != out.spec.algorithm.loss_type

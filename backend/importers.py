@@ -241,8 +241,8 @@ _REASONS: list[tuple[frozenset[str], str]] = [
                 "chord_mu_warmup_steps", "chord_mu_decay_steps", "chord_mu_peak", "chord_mu_valley"}),
      "CHORD (SFT mixed into GRPO) is not implemented here"),
     (frozenset({"advantage_reweight", "rlsd_lambda", "rlsd_reweight_clip_range", "rlsd_lambda_warmup_steps",
-                "rlsd_lambda_decay_steps", "rlsd_negative_only", "sdar_loss_coef", "sdar_gate_beta", "kl_in_reward"}),
-     "advantage reweighting / KL-in-reward variants are not implemented here"),
+                "rlsd_lambda_decay_steps", "rlsd_negative_only", "sdar_loss_coef", "sdar_gate_beta"}),
+     "advantage reweighting variants are not implemented here"),
     (frozenset({"real_tau", "fipo_decay_rate", "fipo_clip_range", "fipo_clip_high_only", "fipo_safety_threshold"}),
      "a parameter of a loss type (real, fipo) that is not implemented here"),
     (frozenset({"min_p", "repetition_penalty", "stop_words", "structured_outputs_regex", "vllm_structured_outputs_regex",
@@ -403,6 +403,7 @@ _COMMON: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "vespo_k_neg": ("algorithm.vespo_k_neg", _num),
     "vespo_lambda_neg": ("algorithm.vespo_lambda_neg", _num),
     "advantage_estimator": ("algorithm.advantage_estimator", lambda v: str(_first(v)).lower()),  # ms-swift
+    "kl_in_reward": ("algorithm.kl_in_reward", _bool),  # ms-swift (read in _map_common: beta 0, gdpo turn it off)
     "multi_objective_aggregation": ("algorithm.multi_objective_aggregation", lambda v: str(_first(v)).lower()),  # TRL
     "use_bias_correction_kl": ("algorithm.use_bias_correction_kl", _bool),
     "off_policy_mask_threshold": ("algorithm.off_policy_mask_threshold", _off_if_none),
@@ -506,6 +507,16 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
         ctx.note(f"{ctx.shown(key)} gdpo -> multi_objective_aggregation normalize_then_sum, TRL's form of it: the "
                  "stds get + 1e-4 (ms-swift: + 1e-8), and a completion no reward scored gets advantage 0")
         return True
+    if key == "kl_in_reward":  # ms-swift's: its rewards are charged beta x the KL only with beta != 0, not in gdpo
+        on = _bool(value)
+        if on and _num(ctx.get("beta", 0.0)) == 0.0:
+            ctx.done(key)  # nothing to charge, in the source too
+        elif on and str(_first(ctx.get("scale_rewards", ""))).lower() == "gdpo":
+            ctx.done(key)
+            ctx.note("ms-swift turns kl_in_reward off with scale_rewards gdpo: the KL stays a loss term here")
+        else:
+            ctx.set("algorithm.kl_in_reward", on, key)
+        return True
     if key in _COMMON:
         path, conv = _COMMON[key]
         ctx.set(path, conv(value), key)
@@ -560,9 +571,6 @@ def _map_common(ctx: _Ctx, key: str, value: Any) -> bool:
         return True
     if key == "log_completions":
         ctx.set("output.log_samples_steps", 1 if _bool(value) else 0, key)
-        return True
-    if key == "kl_in_reward" and not _bool(value):
-        ctx.done(key)  # the KL stays a loss term (algorithm.beta), as here
         return True
     if key == "sync_ref_model":
         ctx.set("algorithm.sync_ref_model", _bool(value), key)
@@ -1392,11 +1400,9 @@ def import_swift(text: str, base_dir: str | Path | None = None) -> ImportResult:
     estimator = str(_first(ctx.opts.get("advantage_estimator", "grpo"))).lower()
     if cmd.kind == "swift" and "scale_rewards" in ctx.defaulted and estimator in _SWIFT_SCALE:
         ctx.opts["scale_rewards"] = _SWIFT_SCALE[estimator]
-    if cmd.kind == "swift" and estimator in _SWIFT_KL_IN_REWARD and "kl_in_reward" not in ctx.opts \
-            and _num(ctx.get("beta", 0.0)) != 0.0:
-        ctx.res.unmapped.append(Unmapped(
-            "--kl_in_reward", "true", f"ms-swift's default with advantage_estimator {estimator}: the KL penalty is "
-                                      "subtracted from the reward there; here beta stays a KL term of the loss"))
+    if cmd.kind == "swift" and estimator in _SWIFT_KL_IN_REWARD and "kl_in_reward" not in ctx.opts:
+        ctx.opts["kl_in_reward"] = True  # ms-swift's default with this estimator (Megatron's: false)
+        ctx.defaulted.add("kl_in_reward")
     if cmd.kind == "megatron":
         for a, b in (("train_iters", "max_steps"),):
             if a in ctx.opts:

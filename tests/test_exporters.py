@@ -43,6 +43,12 @@ VARIED: dict[str, dict] = {
     "fp16_sapo": {"model": {"dtype": "float16"}, "algorithm": {"loss_type": "sapo", "sapo_temperature_neg": 1.2},
                   "rollout": {"engine": "vllm", "sleep": False, "top_k": 50}},
     "rloo": {"algorithm": {"advantage_estimator": "rloo", "scale_rewards": "none"}},
+    # ms-swift's kl_in_reward: its default with rloo (left out), said off with reinforce_plus_plus, on with grpo
+    "rloo_kl": {"algorithm": {"advantage_estimator": "rloo", "scale_rewards": "none", "beta": 0.04,
+                              "kl_in_reward": True}},
+    "rpp_kl_off": {"algorithm": {"advantage_estimator": "reinforce_plus_plus", "scale_rewards": "batch",
+                                 "beta": 0.04}},
+    "grpo_kl": {"algorithm": {"beta": 0.02, "kl_in_reward": True}},
     "gdpo_vespo": {"algorithm": {"multi_objective_aggregation": "normalize_then_sum", "loss_type": "vespo",
                                  "vespo_k_pos": 3.0},
                    "rewards": {"functions": [{"name": "accuracy", "weight": 1.0}, {"name": "format", "weight": 0.5}]}},
@@ -80,6 +86,16 @@ def test_reference_sync_and_the_generation_batch_are_written():
         assert not res.fields, res.text
         assert "steps_per_generation" in res.text and "6" in res.text  # 3 steps x 2 micro-batches each
         assert import_any(res.text).apply() == spec
+
+
+def test_kl_in_reward_is_written_where_it_is_not_ms_swifts_default():
+    """ms-swift ties kl_in_reward to the estimator (rloo, reinforce_plus_plus: true): written where the spec differs
+    from that, left out where the import fills it back; TRL's GRPOTrainer has no such option."""
+    assert "--kl_in_reward" not in export_swift(SPECS["rloo_kl"]).text
+    assert "    --kl_in_reward false \\" in export_swift(SPECS["rpp_kl_off"]).text
+    assert "    --kl_in_reward true \\" in export_swift(SPECS["grpo_kl"]).text
+    assert export_trl(SPECS["grpo_kl"]).fields == ["algorithm.kl_in_reward"]
+    assert "kl_in_reward" not in export_trl(SPECS["rpp_kl_off"]).text
 
 
 def test_a_preset_keeps_what_the_tools_have():

@@ -329,17 +329,25 @@ def test_advantage_estimators_with_ms_swifts_tied_defaults():
     rloo = import_any("swift rlhf --rlhf_type grpo --advantage_estimator rloo")
     assert rloo.values["algorithm.advantage_estimator"] == "rloo" and rloo.values["algorithm.scale_rewards"] == "none"
     assert rloo.defaults["scale_rewards"] == "none"
-    kl = [u for u in rloo.unmapped if u.option == "--kl_in_reward"]  # beta 0.04 by default: KL in the reward there
-    assert kl and "subtracted from the reward" in kl[0].reason
+    # beta 0.04 by default: the KL in the reward, as there
+    assert rloo.values["algorithm.kl_in_reward"] is True and rloo.defaults["kl_in_reward"] is True
+    assert rloo.apply().algorithm.beta == 0.04 and "--kl_in_reward" not in unmapped_options(rloo)
     rpp = import_any("swift rlhf --rlhf_type grpo --advantage_estimator reinforce_plus_plus --beta 0")
-    assert rpp.apply().algorithm.scale_rewards == "batch" and "--kl_in_reward" not in unmapped_options(rpp)
+    assert rpp.apply().algorithm.scale_rewards == "batch" and not rpp.apply().algorithm.kl_in_reward  # nothing to charge
+    assert "--kl_in_reward" not in unmapped_options(rpp)
     given = import_any("swift rlhf --rlhf_type grpo --advantage_estimator rloo --scale_rewards group "
                        "--kl_in_reward false")
     assert given.values["algorithm.scale_rewards"] == "group" and not unmapped_options(given) & {"--kl_in_reward"}
-    assert "--kl_in_reward" in unmapped_options(import_any("swift rlhf --rlhf_type grpo --advantage_estimator rloo "
-                                                           "--kl_in_reward true --beta 0.01"))
+    assert given.apply().algorithm.kl_in_reward is False and "kl_in_reward" in given.applied
+    on = import_any("swift rlhf --rlhf_type grpo --kl_in_reward true --beta 0.01").apply().algorithm
+    assert on.kl_in_reward and on.beta == 0.01 and on.advantage_estimator == "grpo"
+    # ms-swift's beta default is 0.04, so a grpo run asked for it is charged; gdpo turns it off there
+    assert import_any("swift rlhf --rlhf_type grpo --kl_in_reward true").apply().algorithm.kl_in_reward
+    gdpo = import_any("swift rlhf --rlhf_type grpo --kl_in_reward true --scale_rewards gdpo")
+    assert not gdpo.apply().algorithm.kl_in_reward and any("gdpo" in n for n in gdpo.notes)
     mega = import_any("megatron rlhf --rlhf_type grpo --advantage_estimator rloo")
     assert mega.values["algorithm.scale_rewards"] == "group" and "--kl_in_reward" not in unmapped_options(mega)
+    assert not mega.apply().algorithm.kl_in_reward  # Megatron's default is false
     spec = import_any((CORPUS / "ms-swift/train__grpo__internal__reinforce_plus_plus.sh").read_text()).apply()
     assert (spec.algorithm.advantage_estimator, spec.algorithm.scale_rewards) == ("reinforce_plus_plus", "batch")
     assert import_any("swift rlhf --rlhf_type grpo --advantage_estimator ppo").apply().algorithm.advantage_estimator \
