@@ -107,6 +107,34 @@ def test_advantage_options_reach_the_samples(tmp_path: Path, options: list[str])
                 [r[i] - (sum(r) - r[i]) / 3 for i in range(4)], abs=1e-5)
 
 
+def test_kl_in_reward_is_charged_to_the_rewards_not_the_loss(tmp_path: Path) -> None:
+    """algorithm.kl_in_reward: each logged advantage is grpo.advantages of the logged rewards less beta x the logged
+    summed KL of the sampling policy to the reference (nonzero once the policy has moved), and the loss has no KL
+    term: on-policy, with ratio 1, the grpo loss is minus the mean advantage, 0 for group-centred advantages (with
+    the KL in the loss it would be beta x the k3 KL)."""
+    from backend.spec import AlgorithmSection
+    from backend.train import grpo
+
+    beta = 2.0
+    run, _ = train(tmp_path, "algorithm.max_steps=3", f"algorithm.beta={beta}", "algorithm.kl_in_reward=true",
+                   "algorithm.learning_rate=2e-3")
+    rows, samples = metrics(run), read_jsonl(run.samples_path)[0]
+    assert all("kl" in r and "kl_in_reward/reward" in r for r in rows)
+    assert abs(rows[0]["kl"]) < 1e-4 < abs(rows[-1]["kl"])  # the reference is the first policy
+    assert all(abs(r["loss"]) < 1e-6 for r in rows)
+    last = [s for s in samples if s["step"] == 3]
+    names = list(last[0]["rewards"])
+    per_fn = torch.tensor([[float("nan") if s["rewards"][n] is None else s["rewards"][n] for n in names]
+                           for s in last], dtype=torch.float64)
+    kl = torch.tensor([s["kl"] for s in last], dtype=torch.float64)
+    a, ones = AlgorithmSection(beta=beta, kl_in_reward=True), torch.ones(len(names), dtype=torch.float64)
+    charged = grpo.advantages(a, per_fn, ones, 4, kl).advantages.tolist()
+    assert [s["advantage"] for s in last] == pytest.approx(charged, rel=1e-4, abs=1e-5)
+    assert charged != pytest.approx(grpo.advantages(a, per_fn, ones, 4).advantages.tolist(), rel=1e-4, abs=1e-5)
+    assert rows[-1]["kl_in_reward/reward"] == pytest.approx(
+        sum(s["reward"] for s in last) / len(last) - beta * float(kl.mean()), abs=1e-5)
+
+
 def test_advantage_calibration_gives_failed_groups_negative_advantages(tmp_path: Path) -> None:
     """algorithm.advantage_calibration: in the logged samples, a group with no solved completion has every
     advantage negative and equal (plain GRPO: all zero), a group all solved has zero, and no group sums to zero
@@ -139,7 +167,9 @@ def _final_weights(run: RunDir) -> dict[str, torch.Tensor]:
     ["algorithm.num_iterations=2", "algorithm.beta=0.04", "algorithm.lr_scheduler=cosine", "algorithm.warmup_steps=2"],
     ["model.finetune=lora", "model.lora_rank=4", "algorithm.beta=0.04", "algorithm.learning_rate=1e-3"],
     ["rollout.async_generation=true"],
-], ids=["full-mu2-kl-cosine", "lora-kl", "async"])
+    ["algorithm.num_iterations=2", "algorithm.beta=0.5", "algorithm.kl_in_reward=true",
+     "algorithm.advantage_estimator=rloo", "algorithm.scale_rewards=none", "algorithm.learning_rate=1e-3"],
+], ids=["full-mu2-kl-cosine", "lora-kl", "async", "mu2-kl-in-reward-rloo"])
 def test_exact_resume_matches_a_straight_run(tmp_path: Path, extra: list[str]) -> None:
     straight, _ = train(tmp_path / "a", "algorithm.max_steps=7", *extra)
     # stop after step 3: with mu=2 that is mid-rollout, so the pending batch must come back too
