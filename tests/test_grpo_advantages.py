@@ -195,6 +195,9 @@ def test_kl_in_reward_by_hand() -> None:
     assert grpo.advantages(a, per_fn, torch.ones(1, dtype=torch.float64), 2).advantages.tolist() == [0, 0, 1, -1]
     # the KL is in the reward, so the loss has none: the objective's beta is 0
     assert grpo.Objective.of(a).beta == 0.0 and grpo.Objective.of(AlgorithmSection(beta=0.5)).beta == 0.5
+    # a broken reference pass is not an unscored completion: its advantage is NaN, for the guard to skip the batch
+    broken = grpo.advantages(a, per_fn, torch.ones(1, dtype=torch.float64), 2, torch.tensor([1.0, NAN, 0.0, 0.0]))
+    assert math.isnan(broken.advantages[1]) and torch.isfinite(broken.advantages[2:]).all()
     with pytest.raises(ValueError, match="sum_then_normalize"):
         grpo.advantages(AlgorithmSection(beta=0.5, kl_in_reward=True, multi_objective_aggregation="normalize_then_sum"),
                         per_fn, torch.ones(1, dtype=torch.float64), 2, kl)

@@ -72,7 +72,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str, virtual
         adv = adv / (nanstd(adv if estimator == "reinforce_plus_plus" else rewards) + 1e-4)
     elif scale != "none":
         raise ValueError(f"unknown scale_rewards {scale!r}")
-    return torch.nan_to_num(adv, nan=0.0), group_std
+    return torch.where(torch.isnan(adv), 0.0, adv), group_std  # an overflow's inf stays for the guard to see
 
 
 def nanstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
@@ -127,7 +127,8 @@ def advantages(a: AlgorithmSection, per_fn: torch.Tensor, weights: torch.Tensor,
 
     `kl` (B,), with kl_in_reward (sequence_kl): ms-swift's compute_advantages subtracts beta x kl from the weighted
     reward before the baseline and the std, so the returned `rewards` carry the penalty too. normalize_then_sum
-    has no summed reward to charge it to (ms-swift turns kl_in_reward off under gdpo; checks.py refuses it)."""
+    has no summed reward to charge it to (ms-swift turns kl_in_reward off under gdpo; checks.py refuses it). A
+    completion whose KL is not finite gets a NaN advantage, so the batch is skipped (guard.batch_problem)."""
     rewards = combine_rewards(per_fn, weights)
     if kl is not None:
         if a.multi_objective_aggregation != "sum_then_normalize":
@@ -142,6 +143,8 @@ def advantages(a: AlgorithmSection, per_fn: torch.Tensor, weights: torch.Tensor,
     unscored[torch.isnan(per_fn).all(dim=1)] = float("nan")  # no function scored it: out of the statistics
     adv, _ = group_advantages(unscored, group_size, a.scale_rewards,
                               a.solved_reward if a.advantage_calibration else None, a.advantage_estimator)
+    if kl is not None:  # a KL that is not finite (a broken reference pass) is no unscored row: the guard skips it
+        adv = torch.where(torch.isfinite(kl), adv, float("nan"))
     return Advantages(adv, rewards, rewards.view(-1, group_size).std(dim=1))
 
 
