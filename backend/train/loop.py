@@ -6,6 +6,7 @@
 
     for each rollout:  sample prompts -> engine generates G completions each -> rewards -> advantages   (rollouts.py)
         old / reference logprobs where the objective needs them                                      (prepare_logps)
+        kl_in_reward: the advantages formed again, each reward charged beta x its KL        (RolloutBuilder.charge_kl)
         repeat num_iterations (mu) times:  one optimizer step over the batch (micro-batches accumulate)
             -> reference sync when due, weights to the engine, metrics line, samples, checkpoint, stop request?
 

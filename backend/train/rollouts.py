@@ -7,6 +7,8 @@
         filters, in order: skip-solved bookkeeping and success replay (replay.py) per group; DAPO dynamic
         sampling (resample prompts until every group of the batch carries signal, or the retries run out)
         assemble: pad into tensors, combine rewards, group advantages; metrics and sample rows (report.py)
+    charge_kl (algorithm.kl_in_reward, once the trainer has the old and reference logprobs): the advantages again,
+        from the kept reward matrix less beta x each completion's KL
 
 The builder owns the prompt sampler and the replay store (their state goes into checkpoints) and nothing of
 the optimizer's: it is given the engine and the scorer. A seed per rollout and sampling attempt makes sampling
