@@ -64,7 +64,10 @@ def _loss_rules() -> list[Inert]:
 INERT_RULES: tuple[Inert, ...] = (
     Inert(("model.lora_rank", "model.lora_alpha", "model.lora_dropout", "model.lora_targets"),
           lambda s: s.model.finetune != "lora", "only used with fine-tuning 'lora'", "仅在微调方式为 lora 时使用"),
-    Inert(("algorithm.use_bias_correction_kl",), lambda s: s.algorithm.beta == 0.0,
+    Inert(("algorithm.use_bias_correction_kl",), lambda s: s.algorithm.beta == 0.0 or s.algorithm.kl_in_reward,
+          "only used with a KL term in the loss (beta > 0, kl_in_reward off)",
+          "仅在损失中有 KL 项（beta > 0 且未开启 kl_in_reward）时使用"),
+    Inert(("algorithm.kl_in_reward",), lambda s: s.algorithm.beta == 0.0,  # checks.py refuses it on, saying why
           "only used with a KL term (beta > 0)", "仅在有 KL 项（beta > 0）时使用"),
     *_loss_rules(),
     Inert(("algorithm.entropy_target", "algorithm.entropy_coef_min", "algorithm.entropy_coef_max",
