@@ -510,10 +510,6 @@ def _check_kl_in_reward(spec: RunSpec, issues: list[SpecIssue]) -> None:
         issues.append(SpecIssue("algorithm.kl_in_reward", "needs multi_objective_aggregation sum_then_normalize: "
                                                           "normalize_then_sum has no summed reward to charge the KL "
                                                           "to (ms-swift turns kl_in_reward off under gdpo)"))
-    if a.scale_rewards == "batch" and spec.resources.world_size > 1:
-        issues.append(SpecIssue("algorithm.kl_in_reward", "not with scale_rewards batch on several ranks: the "
-                                                          "advantages are formed again on each rank's shard of "
-                                                          "groups, whose std is not the batch's; use group or none"))
 
 
 def _check_ref_sync(spec: RunSpec, issues: list[SpecIssue]) -> None:

@@ -23,7 +23,7 @@ from backend.checks import check_spec
 from backend.rundir import RunDir, create_run, process_alive, read_jsonl
 from backend.spec import load_spec
 from backend.train.batch import Rollout
-from backend.train.dist import deepspeed_config, join_rollouts, shard_rollout
+from backend.train.dist import deepspeed_config, join_rollouts, join_rows, rank_rows, shard_rollout
 from backend.train.loop import GRPOTrainer
 from backend.train.supervise import failure_summary, free_port, read_rank_files
 
@@ -92,6 +92,19 @@ def test_rollout_shards_are_whole_groups_and_join_back() -> None:
     for name in ("prompt_ids", "completion_ids", "advantages", "old_logps"):
         assert torch.equal(getattr(joined, name), getattr(ro, name))
     assert len(shards[0].advantages) % G == 0
+
+
+@pytest.mark.parametrize("slices", [1, 2])
+def test_rows_of_the_ranks_join_into_the_whole_batch(slices: int) -> None:
+    """join_rows (what Ranks.whole_batch applies to the all-gathered shards: kl_in_reward's KL and rewards) inverts
+    rank_rows, with rollout.steps_per_generation slices too."""
+    B, world = 16, 2
+    whole = torch.arange(B * 3, dtype=torch.float).view(B, 3)
+    parts = [whole[rank_rows(B, r, world, slices)] for r in range(world)]
+    if slices > 1:  # each rank's shard of each slice: the shards interleave
+        assert not torch.equal(torch.cat(parts), whole)
+    assert torch.equal(join_rows(parts, slices), whole)
+    assert torch.equal(join_rows([whole]), whole)
 
 
 def test_lora_merged_from_gathered_copies_equals_peft_merge() -> None:

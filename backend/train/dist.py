@@ -131,6 +131,16 @@ def join_rollouts(shards: list[Rollout], slices: int = 1) -> Rollout:
     return dataclasses.replace(first, **updates)
 
 
+def join_rows(parts: list[torch.Tensor], slices: int = 1) -> torch.Tensor:
+    """Inverse of `rank_rows` for one per-completion tensor: the ranks' rows (in rank order) as the whole batch."""
+    world = len(parts)
+    if world == 1:
+        return parts[0]
+    B = parts[0].shape[0] * world
+    where = torch.cat([torch.arange(B)[rank_rows(B, r, world, slices)] for r in range(world)])
+    return torch.cat(parts)[torch.argsort(where)]
+
+
 class QuietRunDir(RunDir):
     """The run directory as ranks other than 0 see it: readable, but their writes go nowhere."""
 
@@ -292,6 +302,19 @@ class Ranks:
         if pending is None or not self.is_main:
             return None
         return PendingRollout(join_rollouts(shards, self.slices), pending.iterations_done)
+
+    def whole_batch(self, t: torch.Tensor) -> torch.Tensor:
+        """A per-completion tensor of this rank's rows joined with every rank's into the whole batch (CPU)."""
+        if self.world == 1:
+            return t
+        parts: list[Any] = [None] * self.world
+        with self._timed():
+            tdist.all_gather_object(parts, t.cpu())
+        return join_rows(parts, self.slices)
+
+    def own_rows(self, batch: int) -> slice | torch.Tensor:
+        """This rank's rows of a whole batch of `batch` completions (its shard, as scatter_rollout keeps)."""
+        return rank_rows(batch, self.rank, self.world, self.slices)
 
     # ---------------------------------------------------------------- loss and step
 

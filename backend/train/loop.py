@@ -294,7 +294,10 @@ class GRPOTrainer:
                 self.policy.eval()
                 old = passes(self.policy)
                 self.policy.train()
-            self.rollouts.charge_kl(ro, old)
+            assert ro.reward_matrix is not None
+            whole = self.ranks.whole_batch  # batch statistics need every rank's rows
+            kl = whole(grpo.sequence_kl(old, ro.ref_logps, ro.sampled_mask))
+            self.rollouts.charge_kl(ro, kl, whole(ro.reward_matrix), self.ranks.own_rows(len(kl)))
 
     def optimizer_step(self, ro: Rollout, clock: report.StepClock | None = None) -> dict[str, float]:
         """One optimizer step over the rollout (micro-batches accumulate); its metrics. `clock` gets its seconds.

@@ -201,20 +201,19 @@ class RolloutBuilder:
                      reward_matrix=per_fn)
         return ro
 
-    def charge_kl(self, ro: Rollout, old_logps: torch.Tensor) -> None:
+    def charge_kl(self, ro: Rollout, kl: torch.Tensor, reward_matrix: torch.Tensor,
+                  rows: slice | torch.Tensor | None = None) -> None:
         """algorithm.kl_in_reward: the rollout's advantages formed again, each reward less beta x its completion's
-        KL to the reference (grpo.sequence_kl), once the old and reference logprobs exist (after assemble, which
-        has no model). From the stored reward matrix, so a batch prepared twice (resumed) is charged once. Ranks
-        hold whole groups, so group statistics are the whole batch's (checks.py refuses batch scaling on several
-        ranks)."""
-        assert ro.reward_matrix is not None and ro.ref_logps is not None
-        kl = grpo.sequence_kl(old_logps, ro.ref_logps, ro.sampled_mask)
-        computed = grpo.advantages(self.spec.algorithm, ro.reward_matrix, self.reward_weights,
+        KL to the reference, once the old and reference logprobs exist (after assemble, which has no model).
+        `kl` (grpo.sequence_kl) and `reward_matrix` are the whole batch's (every rank's rows, so batch statistics
+        are the batch's); `rows` are this rank's of it (None: all). From the kept reward matrix, so a batch
+        prepared twice (resumed) is charged once."""
+        computed = grpo.advantages(self.spec.algorithm, reward_matrix, self.reward_weights,
                                    self.spec.rollout.num_generations, kl)
-        ro.advantages = computed.advantages
+        ro.advantages = computed.advantages if rows is None else computed.advantages[rows]
         ro.metrics["kl"] = float(kl.mean())  # ms-swift's kl metric in this mode: the summed per-completion KL
         ro.metrics["kl_in_reward/reward"] = float(computed.rewards.mean())
-        if len(ro.samples) == len(kl):  # one sample row per completion (rank 0 of several keeps them all: skip)
+        if len(ro.samples) == len(kl):  # one sample row per completion (rank 0's: the whole batch's)
             for sample, adv, charged in zip(ro.samples, computed.advantages.tolist(), kl.tolist()):
                 sample["advantage"], sample["kl"] = adv, charged
 
