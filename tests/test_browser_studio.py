@@ -663,7 +663,9 @@ def test_an_ended_run_says_what_happened(env):
     expect(summary).to_contain_text("0.150 → 1.950", timeout=30_000)
     # item 9: the table row and the status line show one reading of the reward
     expect(page.locator("#run-progress")).to_contain_text("reward 2.000")
-    expect(page.locator("#runs-table tr", has_text=run.run_id)).to_contain_text("2.000")
+    # by the row's accessible name: with many runs in the table, Gradio's grid does not render every row as a <tr>
+    row = page.locator("#runs-table").get_by_role("row", name=re.compile(re.escape(run.run_id)))
+    expect(row).to_contain_text("2.000")
     expect(summary).to_contain_text("held-out reward: 0.400 → 0.700")
     expect(summary).to_contain_text("checkpoints/step-20 (eval/reward 0.700)")
     expect(summary).to_contain_text("40s")
