@@ -634,7 +634,7 @@ def check_spec(spec: RunSpec, base_dir: str | Path = ".") -> list[SpecIssue]:
         issues.append(SpecIssue("output.eval_steps", "evaluation every N steps needs data.eval_sources"))
     if a.warmup_steps > a.max_steps:
         issues.append(SpecIssue("algorithm.warmup_steps", f"{a.warmup_steps} exceeds max_steps ({a.max_steps})"))
-    if r.max_model_len and r.engine != "hf" and r.max_model_len < spec.data.max_prompt_tokens + r.max_completion_length:
+    if r.engine_context and r.engine_context < spec.data.max_prompt_tokens + r.max_completion_length:
         issues.append(SpecIssue("rollout.max_model_len", f"{r.max_model_len} tokens do not hold a prompt of "
                                                          f"data.max_prompt_tokens ({spec.data.max_prompt_tokens}) and "
                                                          f"max_completion_length ({r.max_completion_length}): the "

@@ -408,6 +408,12 @@ class RolloutSection(Section):
                               "prompts_per_step 个提示（num_iterations > 1 时再依次遍历各片）。1 = 每步采样一次。",
                               advanced=True))
 
+    @property
+    def engine_context(self) -> int:
+        """The context max_model_len gives the engine, 0 where it is the model's own (engine hf has no cache to
+        size and ignores it)."""
+        return self.max_model_len if self.engine != "hf" else 0
+
 
 class ResourcesSection(Section):
     device: Literal["auto", "cpu", "cuda"] = Field(

@@ -45,8 +45,7 @@ class Agent:
         prompt was rendered with, and the context of the engine that samples (an engine sized smaller by
         rollout.max_model_len refuses longer episodes)."""
         r = spec.rollout
-        engine_context = r.max_model_len if r.max_model_len and r.engine != "hf" else None
-        context = min((c for c in (model_context, engine_context) if c), default=None)
+        context = min((c for c in (model_context, r.engine_context) if c), default=None)
         return cls(spec.tools, tokenizer, base_dir, r.max_turns, r.max_completion_length,
                    dict(spec.data.chat_template_kwargs), context)
 

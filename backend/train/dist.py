@@ -117,9 +117,7 @@ def join_rollouts(shards: list[Rollout], slices: int = 1) -> Rollout:
         return shards[0]
     first, world = shards[0], len(shards)
     B = first.completion_ids.shape[0] * world
-    # position in the full batch of each row of the shards laid end to end
-    where = torch.cat([torch.arange(B)[rank_rows(B, r, world, slices)] for r in range(world)])
-    order = torch.argsort(where)
+    order = _joined_order(B, world, slices)
     updates: dict[str, Any] = {}
     for f in dataclasses.fields(first):
         v = getattr(first, f.name)
@@ -136,9 +134,13 @@ def join_rows(parts: list[torch.Tensor], slices: int = 1) -> torch.Tensor:
     world = len(parts)
     if world == 1:
         return parts[0]
-    B = parts[0].shape[0] * world
-    where = torch.cat([torch.arange(B)[rank_rows(B, r, world, slices)] for r in range(world)])
-    return torch.cat(parts)[torch.argsort(where)]
+    return torch.cat(parts)[_joined_order(parts[0].shape[0] * world, world, slices)]
+
+
+def _joined_order(batch: int, world: int, slices: int) -> torch.Tensor:
+    """The permutation that puts the ranks' rows, laid end to end in rank order, back in batch order."""
+    where = torch.cat([torch.arange(batch)[rank_rows(batch, r, world, slices)] for r in range(world)])
+    return torch.argsort(where)
 
 
 class QuietRunDir(RunDir):

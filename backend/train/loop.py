@@ -255,9 +255,19 @@ class GRPOTrainer:
         reused = self.spec.updates_per_rollout > 1  # steps after the first train on it with newer weights
         correct = r.vllm_importance_sampling_correction and not self.sync.shares_policy
 
+        # the sync engine sampled with these very weights in float32, and its logprobs equal a forward pass
+        # (tests/test_engine_hf.py): a second forward would recompute the same numbers
+        engine_is_forward = ro.sampling_logps is not None and self.sync.shares_policy and self.autocast_dtype is None
+
         def passes(model) -> torch.Tensor:
             with self.telemetry.phase("reference"):  # the old-policy and reference passes: one phase
                 return torch.cat([self.logps(model, ro, slice(i, i + mb)).logps.cpu() for i in range(0, B, mb)])
+
+        def policy_pass() -> torch.Tensor:
+            self.policy.eval()
+            out = passes(self.policy)
+            self.policy.train()
+            return out
 
         if correct and ro.sampling_logps is None:
             raise RuntimeError(f"importance sampling correction needs per-token logprobs from the {r.engine} engine")
@@ -265,17 +275,12 @@ class GRPOTrainer:
             if ro.sampling_logps is None:
                 raise RuntimeError(f"async generation needs per-token logprobs from the {r.engine} engine")
             ro.old_logps = ro.sampling_logps  # the engine's weights were the sampling policy
-        elif reused and not correct and ro.sampling_logps is not None and self.sync.shares_policy \
-                and self.autocast_dtype is None:
-            # the sync engine sampled with these very weights in float32 and its logprobs equal a forward pass
-            # (tests/test_engine_hf.py): a second forward would recompute the same numbers
+        elif reused and not correct and engine_is_forward:
             ro.old_logps = ro.sampling_logps
         elif reused or correct:
             # the trainer's own logprobs under the current weights: the clip's anchor (decoupled from the sampler
             # when correcting, as in AReaL / verl), and the numerator of the importance weights
-            self.policy.eval()
-            ro.old_logps = passes(self.policy)
-            self.policy.train()
+            ro.old_logps = policy_pass()
             if correct:
                 isw = grpo.importance_weights(ro.old_logps, ro.sampling_logps, ro.sampled_mask,
                                               r.vllm_importance_sampling_mode, r.vllm_importance_sampling_clip_max)
@@ -288,12 +293,8 @@ class GRPOTrainer:
                 ro.ref_logps = passes(self.policy)
         if a.kl_in_reward:  # the rewards are charged the KL of the policy that sampled (ms-swift's old logps)
             old = ro.old_logps
-            if old is None and ro.sampling_logps is not None and self.sync.shares_policy and self.autocast_dtype is None:
-                old = ro.sampling_logps  # equal to a forward pass of these weights (as above)
-            elif old is None:
-                self.policy.eval()
-                old = passes(self.policy)
-                self.policy.train()
+            if old is None:
+                old = ro.sampling_logps if engine_is_forward else policy_pass()
             assert ro.reward_matrix is not None
             whole = self.ranks.whole_batch  # batch statistics need every rank's rows
             kl = whole(grpo.sequence_kl(old, ro.ref_logps, ro.sampled_mask))
