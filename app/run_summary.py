@@ -80,16 +80,20 @@ def change(points: list[tuple[int, float]], window: int | None = None) -> Change
 
 
 def completion_tokens(rows: list[dict[str, Any]]) -> int | None:
-    """Tokens sampled: throughput x step time of each rollout's first step (None when no row has both)."""
+    """Tokens sampled, each rollout counted once (num_iterations repeats its row): its `completions/tokens`, or
+    for runs logged before that metric, throughput x step time of its first step. None when no row has either."""
     seen: set[Any] = set()
     total, found = 0.0, False
     for r in rows:
-        rate, step_s = _num(r.get("throughput/completion_tokens_per_s")), _num(r.get("timing/step_s"))
+        tokens = _num(r.get("completions/tokens"))
+        if tokens is None:
+            rate, step_s = _num(r.get("throughput/completion_tokens_per_s")), _num(r.get("timing/step_s"))
+            tokens = None if rate is None or step_s is None else rate * step_s
         rollout = r.get("rollout", r.get("step"))
-        if rate is None or step_s is None or rollout in seen:
+        if tokens is None or rollout in seen:
             continue
         seen.add(rollout)
-        total += rate * step_s
+        total += tokens
         found = True
     return int(round(total)) if found else None
 

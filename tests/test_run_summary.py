@@ -41,6 +41,9 @@ def test_completion_tokens_count_each_rollout_once() -> None:
             for s in range(1, 7)]  # 3 rollouts x 2 updates: 3 x 100 tokens
     assert completion_tokens(rows) == 300
     assert completion_tokens([{"step": 1, "reward": 1.0}]) is None
+    # the logged count wins over rate x time (which a run logged before `completions/tokens` needs)
+    logged = [{**r, "completions/tokens": 70.0} for r in rows]
+    assert completion_tokens(logged) == 210
 
 
 def test_summary_of_a_run_directory(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ REQUIRED = ["reward", "reward_std", "rewards/exact_match/mean", "rewards/exact_m
             "completions/clipped_ratio", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean",
             "clip_ratio/region_mean", "loss", "grad_norm", "learning_rate", "timing/rollout_s", "timing/reward_s",
             "timing/train_s", "timing/forward_backward_s", "timing/optimizer_s", "timing/weight_sync_s", "timing/step_s",
-            "throughput/completion_tokens_per_s",
+            "throughput/completion_tokens_per_s", "completions/tokens",
             "staleness", "system/ram_gb", "system/cpu_percent"]
 
 
@@ -62,6 +62,8 @@ def test_run_directory_contents(tmp_path: Path) -> None:
         assert all(key in r for r in rows), key
     assert "eval/rewards/exact_match/mean" in rows[1] and "eval/reward" not in rows[0]
     samples = read_jsonl(run.samples_path)[0]
+    step1 = [s for s in samples if s["step"] == 1]
+    assert rows[0]["completions/tokens"] == sum(s["length"] for s in step1)
     assert {s["step"] for s in samples} == {1, 3}  # every 2nd step, all 16 completions of it
     assert len(samples) == 32
     s = samples[0]
