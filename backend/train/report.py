@@ -142,8 +142,9 @@ def metrics_row(step: int, elapsed_s: float, ro: Rollout, train: dict[str, float
     row.update({k: v for k, v in ro.metrics.items() if k != "completion_tokens"})
     row.update(train)
     row.update(timing)
-    row["completions/tokens"] = ro.metrics["completion_tokens"]  # the rollout's count, so no reader rebuilds it
-    row["throughput/completion_tokens_per_s"] = ro.metrics["completion_tokens"] / max(timing["timing/step_s"], 1e-9)
+    tokens = ro.metrics["completion_tokens"]
+    row["completions/tokens"] = tokens  # the rollout's count, so no reader rebuilds it from the rate
+    row["throughput/completion_tokens_per_s"] = tokens / max(timing["timing/step_s"], 1e-9)
     row["staleness"] = float(step - 1 - ro.policy_version)
     row.update(extra)
     return row
